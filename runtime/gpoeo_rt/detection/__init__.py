@@ -1,0 +1,1 @@
+"""Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
