@@ -85,9 +85,7 @@ class SourceReport:
             "rows_kept": self.rows_kept,
             "rows_rejected": len(self.rejections),
             "rejected_by_reason": reasons,
-            "rejected_rows": [
-                {"file": r.path, "line": r.line, "reason": r.reason} for r in self.rejections
-            ],
+            "rejected_rows": [{"file": r.path, "line": r.line, "reason": r.reason} for r in self.rejections],
             "notes": self.notes,
         }
 
@@ -118,7 +116,11 @@ def validate_sweeps(frame: pd.DataFrame, key_columns: tuple[str, ...] = KEY_COLU
         bad = frame.index[~(frame[col] > 0) | ~np.isfinite(frame[col])]
         if len(bad):
             row = frame.loc[bad[0]]
-            raise IngestError(where, None, f"non-positive or non-finite {col}={row[col]!r} in {dict(row[list(key_columns)])}")
+            raise IngestError(
+                where,
+                None,
+                f"non-positive or non-finite {col}={row[col]!r} in {dict(row[list(key_columns)])}",
+            )
     for name in FEATURE_NAMES:
         if name in frame.columns:
             values = frame[name].dropna()
@@ -131,4 +133,6 @@ def validate_sweeps(frame: pd.DataFrame, key_columns: tuple[str, ...] = KEY_COLU
     refs = frame.groupby(["sku", "workload"], observed=True)["ref"].sum()
     if not (refs == 1).all():
         bad_groups = refs[refs != 1]
-        raise IngestError(where, None, f"each (sku, workload) needs exactly one ref row; {bad_groups.head(5).to_dict()}")
+        raise IngestError(
+            where, None, f"each (sku, workload) needs exactly one ref row; {bad_groups.head(5).to_dict()}"
+        )

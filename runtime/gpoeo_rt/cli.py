@@ -36,7 +36,9 @@ def version() -> None:
     typer.echo(f"gpoeo-rt {__version__}")
 
 
-trace_app = typer.Typer(no_args_is_help=True, help="Record NVML traces (read-only) and detect iteration periods in them.")
+trace_app = typer.Typer(
+    no_args_is_help=True, help="Record NVML traces (read-only) and detect iteration periods in them."
+)
 app.add_typer(trace_app, name="trace")
 
 # --- trace record (sampling layer) ---

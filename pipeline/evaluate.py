@@ -1,0 +1,186 @@
+"""DVC stage `evaluate`: grouped cross-validation of one bundle's models, against measured sweeps.
+
+Per SKU: grouped K-fold by workload (`evaluate.workload_folds`; 0 = leave-one-workload-out; every workload is
+predicted by a model that never saw any of its configs) as the primary figure and, stricter, leave-one-program-out
+(every input-size variant of a program held out together). For the generic model: leave-one-SKU-out.
+Reports MAPE of time, power and energy ratios and the decision quality that matters: pick the config the model
+says is best (energy within 5% and 2% slowdown, and ED2P), look up its MEASURED energy and time, and compare
+with the measured optimum. The physics baseline is scored the same way.
+
+Usage: python -m gpoeo_pipeline.evaluate <bundle-name>
+Outputs: metrics/<name>.json, data/eval/<name>/predictions.parquet, plots/<name>/*.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpoeo_pipeline.baseline import PhysicsBaseline
+from gpoeo_pipeline.modeling import fit_target, grouped_folds, leave_one_group_out, predict_ratio
+from gpoeo_pipeline.params import load_section
+from gpoeo_pipeline.train import GENERIC, select_training_rows
+from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
+
+PREDICTORS: dict[str, tuple[str, str]] = {
+    "xgboost": ("pred_time_ratio", "pred_power_ratio"),
+    "physics": ("base_time_ratio", "base_power_ratio"),
+}
+
+
+def cross_validate(
+    frame: pd.DataFrame, inputs: list[str], folds: pd.Series, xgb_params: dict[str, Any]
+) -> pd.DataFrame:
+    """Out-of-fold predictions for every row: each fold's models never saw the rows they predict (nor, since folds
+    hold whole workloads, any other config of the same workload)."""
+    out = frame.copy()
+    for column in ("pred_time_ratio", "pred_power_ratio", "base_time_ratio", "base_power_ratio"):
+        out[column] = np.nan
+    out["fold"] = ""
+    for held_out, train, test in leave_one_group_out(folds):
+        train_rows = frame.loc[train]
+        test_rows = frame.loc[test]
+        time_model = fit_target(train_rows, inputs, "time_ratio", xgb_params)
+        power_model = fit_target(train_rows, inputs, "power_ratio", xgb_params)
+        out.loc[test, "pred_time_ratio"] = predict_ratio(time_model, test_rows)
+        out.loc[test, "pred_power_ratio"] = predict_ratio(power_model, test_rows)
+        base_time, base_power = PhysicsBaseline.fit(train_rows).predict(test_rows)
+        out.loc[test, "base_time_ratio"] = base_time
+        out.loc[test, "base_power_ratio"] = base_power
+        out.loc[test, "fold"] = held_out
+    for prefix in ("pred", "base"):
+        out[f"{prefix}_energy_ratio"] = out[f"{prefix}_time_ratio"] * out[f"{prefix}_power_ratio"]
+    return out
+
+
+def error_metrics(predictions: pd.DataFrame, time_col: str, power_col: str) -> dict[str, float]:
+    """MAPE (percent) of the ratios over the non-reference rows (reference rows are 1 by definition)."""
+    rows = predictions.loc[~predictions["ref"]]
+    energy_pred = rows[time_col] * rows[power_col]
+
+    def mape(pred: pd.Series, measured: pd.Series) -> float:
+        return float(np.mean(np.abs(pred.to_numpy() - measured.to_numpy()) / measured.to_numpy()) * 100.0)
+
+    return {
+        "mape_time_pct": mape(rows[time_col], rows["time_ratio"]),
+        "mape_power_pct": mape(rows[power_col], rows["power_ratio"]),
+        "mape_energy_pct": mape(energy_pred, rows["energy_ratio"]),
+    }
+
+
+def workload_decisions(
+    predictions: pd.DataFrame, time_col: str, power_col: str, objective: Objective, max_slowdown: float
+) -> pd.DataFrame:
+    """One row per (sku, workload): the model's pick, the measured optimum, and the measured outcome of the pick."""
+    records = []
+    for (sku, workload), rows in predictions.groupby(["sku", "workload"], observed=True, sort=True):
+        measured_time = rows["time_ratio"].to_numpy()
+        measured_energy = rows["energy_ratio"].to_numpy()
+        predicted_time = rows[time_col].to_numpy()
+        predicted_energy = predicted_time * rows[power_col].to_numpy()
+        pick = pick_config(objective, predicted_time, predicted_energy, max_slowdown)
+        best = pick_config(objective, measured_time, measured_energy, max_slowdown)
+        measured_values = objective_values(objective, measured_time, measured_energy)
+        violation = bool(objective is Objective.ENERGY and measured_time[pick] > 1.0 + max_slowdown)
+        regret = float(measured_values[pick] / measured_values[best] - 1.0)
+        if violation:
+            # A pick that breaks the bound may use less energy than the feasible optimum; it earns no credit
+            # for that (negative regret would flatter the mean); it is counted as a violation instead.
+            regret = max(regret, 0.0)
+        records.append(
+            {
+                "sku": sku,
+                "workload": workload,
+                "pick_sm_clock_mhz": float(rows["sm_clock_mhz"].iloc[pick]),
+                "pick_mem_clock_mhz": float(rows["mem_clock_mhz"].iloc[pick]),
+                "best_sm_clock_mhz": float(rows["sm_clock_mhz"].iloc[best]),
+                "best_mem_clock_mhz": float(rows["mem_clock_mhz"].iloc[best]),
+                "pick_time_ratio": float(measured_time[pick]),
+                "pick_energy_ratio": float(measured_energy[pick]),
+                "best_energy_ratio": float(measured_energy[best]),
+                "regret": regret,
+                "violation": violation,
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def decision_metrics(decisions: pd.DataFrame) -> dict[str, float]:
+    return {
+        "mean_regret_pts": float(decisions["regret"].mean() * 100.0),
+        "max_regret_pts": float(decisions["regret"].max() * 100.0),
+        "violation_rate": float(decisions["violation"].mean()),
+        "mean_saving_pct": float((1.0 - decisions["pick_energy_ratio"]).mean() * 100.0),
+        "oracle_saving_pct": float((1.0 - decisions["best_energy_ratio"]).mean() * 100.0),
+        "workloads": len(decisions),
+    }
+
+
+def summarize(predictions: pd.DataFrame, bounds: list[float]) -> dict[str, Any]:
+    """The metrics JSON: per predictor, errors and decision quality at each bound and for ED2P."""
+    report: dict[str, Any] = {}
+    for name, (time_col, power_col) in PREDICTORS.items():
+        entry: dict[str, Any] = error_metrics(predictions, time_col, power_col)
+        for bound in bounds:
+            decisions = workload_decisions(predictions, time_col, power_col, Objective.ENERGY, bound)
+            entry[f"energy_at_{round(bound * 100)}pct"] = decision_metrics(decisions)
+        decisions = workload_decisions(predictions, time_col, power_col, Objective.ED2P, 0.0)
+        entry["ed2p"] = decision_metrics(decisions)
+        report[name] = entry
+    return report
+
+
+def main() -> None:
+    name = sys.argv[1]
+    models_params = load_section("models")
+    xgb_params = load_section("xgb")
+    eval_params = load_section("evaluate")
+    schema = json.loads(Path("data/processed/feature_schema.json").read_text())
+    table = pd.read_parquet("data/processed/features.parquet")
+    frame = select_training_rows(table, name, models_params)
+    inputs = list(schema["generic_inputs"] if name == GENERIC else schema["sku_inputs"])
+    bounds = [float(b) for b in eval_params["bounds"]]
+    report: dict[str, Any] = {"bundle": name}
+    seed = int(xgb_params["seed"])
+    if name == GENERIC:
+        report["cv"] = "leave-one-sku-out"
+        predictions = cross_validate(frame, inputs, frame["sku"], xgb_params)
+        report["per_held_out_sku"] = {
+            sku: summarize(rows, bounds) for sku, rows in predictions.groupby("sku", observed=True, sort=True)
+        }
+    else:
+        n_folds = int(eval_params["workload_folds"])
+        report["cv"] = f"grouped {n_folds}-fold by workload" if n_folds else "leave-one-workload-out"
+        predictions = cross_validate(frame, inputs, grouped_folds(frame["workload"], n_folds, seed), xgb_params)
+        # Stricter: hold out every input-size variant of a program at once (no sibling inputs in training).
+        strict = cross_validate(frame, inputs, frame["group"], xgb_params)
+        report["leave_one_program_out"] = summarize(strict, bounds)
+    report["folds"] = int(predictions["fold"].nunique())
+    report["overall"] = summarize(predictions, bounds)
+    Path("metrics").mkdir(exist_ok=True)
+    Path(f"metrics/{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    out_dir = Path(f"data/eval/{name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    predictions.to_parquet(out_dir / "predictions.parquet", index=False)
+
+    from gpoeo_pipeline.plots import plot_pareto, plot_pred_vs_measured
+
+    plot_dir = Path(f"plots/{name}")
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    plot_pred_vs_measured(predictions, plot_dir / "pred_vs_measured.png", title=name)
+    decisions = workload_decisions(predictions, "pred_time_ratio", "pred_power_ratio", Objective.ENERGY, bounds[0])
+    plot_pareto(predictions, decisions, plot_dir / "pareto.png", int(eval_params["plot_workloads"]), bounds[0])
+    overall = report["overall"]["xgboost"]
+    print(
+        f"evaluate {name}: MAPE time {overall['mape_time_pct']:.2f}% energy {overall['mape_energy_pct']:.2f}%, "
+        f"regret@{bounds[0]:.0%} {overall[f'energy_at_{round(bounds[0] * 100)}pct']['mean_regret_pts']:.2f} pts"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""DVC stage `train` (one per bundle, via foreach): the final time and power models of one bundle.
+
+A bundle is a SKU with a sweep of its own (inputs: counters, clock ratios and absolute MHz), or `generic`, trained
+on several SKUs with normalized inputs only (counters and clock ratios), for GPUs without a sweep.
+
+Usage: python -m gpoeo_pipeline.train <bundle-name>
+Outputs: data/models/<name>/time.json, power.json (XGBoost boosters with exactly the early-stopped rounds) and
+train_info.json.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gpoeo_pipeline.modeling import fit_target, frame_digest
+from gpoeo_pipeline.params import load_section
+
+GENERIC = "generic"
+MODEL_TARGETS: dict[str, str] = {"time": "time_ratio", "power": "power_ratio"}
+
+
+def select_training_rows(table: pd.DataFrame, name: str, models_params: dict[str, Any]) -> pd.DataFrame:
+    """The rows a bundle is trained and evaluated on. A SKU needs `min_groups` workload groups to be
+    cross-validated; one with fewer is refused with a message, never trained silently."""
+    if name == GENERIC:
+        skus = list(models_params["generic_train_skus"])
+        frame = table.loc[table["sku"].isin(skus)]
+        absent = sorted(set(skus) - set(frame["sku"].unique()))
+        if absent:
+            raise ValueError(f"params.yaml models.generic_train_skus: no sweep rows for {absent}")
+        if len(skus) < 2:
+            raise ValueError("params.yaml models.generic_train_skus: leave-one-SKU-out needs at least 2 SKUs")
+    else:
+        frame = table.loc[table["sku"] == name]
+        if frame.empty:
+            raise ValueError(f"params.yaml models.skus: no sweep rows for SKU {name!r}")
+        n_groups = frame["group"].nunique()
+        if n_groups < int(models_params["min_groups"]):
+            raise ValueError(
+                f"SKU {name!r} has {n_groups} workload groups, fewer than models.min_groups="
+                f"{models_params['min_groups']} needed to cross-validate; remove it from params.yaml models.skus"
+            )
+    return frame.reset_index(drop=True)
+
+
+def main() -> None:
+    name = sys.argv[1]
+    models_params = load_section("models")
+    xgb_params = load_section("xgb")
+    schema = json.loads(Path("data/processed/feature_schema.json").read_text())
+    table = pd.read_parquet("data/processed/features.parquet")
+    frame = select_training_rows(table, name, models_params)
+    inputs = list(schema["generic_inputs"] if name == GENERIC else schema["sku_inputs"])
+
+    out_dir = Path(f"data/models/{name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info: dict[str, Any] = {
+        "bundle": name,
+        "inputs": inputs,
+        "rows": len(frame),
+        "skus": sorted(frame["sku"].unique().tolist()),
+        "workloads": int(frame["workload"].nunique()),
+        "groups": int(frame["group"].nunique()),
+        "training_data_sha256": frame_digest(frame),
+        "models": {},
+    }
+    for model_name, target in MODEL_TARGETS.items():
+        fitted = fit_target(frame, inputs, target, xgb_params)
+        fitted.model.get_booster().save_model(out_dir / f"{model_name}.json")
+        info["models"][model_name] = {"target": target, "transform": "log", "rounds": fitted.best_rounds}
+    (out_dir / "train_info.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"train {name}: {len(frame)} rows, rounds {[m['rounds'] for m in info['models'].values()]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Model bundles: `models/<sku>/` holds time.onnx, power.onnx and manifest.json.
+
+The manifest is the contract between the pipeline that writes a bundle and the runtime that loads it. A bundle is
+accepted only if its schema version is known, every file's sha256 matches, and each ONNX model takes exactly the
+manifest's feature list. The pipeline runs the same check on what it wrote, so a bundle that would be refused here
+is never shipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = 1
+MODEL_FILES: dict[str, str] = {"time": "time.onnx", "power": "power.onnx"}
+
+
+class BundleError(ValueError):
+    """A bundle that must not be used; the message names the bundle directory and the problem."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    name: str
+    nvml_names: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    target_transform: str
+    reference_sm_clock_mhz: float | None
+    reference_mem_clock_mhz: float | None
+    clock_table: tuple[tuple[float, float], ...]  # measured (sm_mhz, mem_mhz) pairs; empty for `generic`
+    sha256: dict[str, str]
+    raw: dict[str, Any]
+
+
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _require(raw: dict[str, Any], key: str, where: Path) -> Any:
+    if key not in raw:
+        raise BundleError(f"{where}: manifest has no '{key}'")
+    return raw[key]
+
+
+def parse_manifest(bundle_dir: Path) -> Manifest:
+    where = bundle_dir / MANIFEST_NAME
+    try:
+        raw = json.loads(where.read_text())
+    except FileNotFoundError as exc:
+        raise BundleError(f"{where}: no manifest") from exc
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{where}: manifest is not valid JSON ({exc})") from exc
+    if not isinstance(raw, dict):
+        raise BundleError(f"{where}: manifest must be a JSON object")
+    version = _require(raw, "schema_version", where)
+    if version != SCHEMA_VERSION:
+        raise BundleError(f"{where}: schema_version {version!r} is not the supported {SCHEMA_VERSION}")
+    reference = _require(raw, "reference_clocks", where) or {}
+    return Manifest(
+        path=bundle_dir,
+        name=str(_require(raw, "name", where)),
+        nvml_names=tuple(str(n) for n in _require(raw, "nvml_names", where)),
+        feature_names=tuple(str(n) for n in _require(raw, "feature_names", where)),
+        target_transform=str(_require(raw, "target_transform", where)),
+        reference_sm_clock_mhz=reference.get("sm_clock_mhz"),
+        reference_mem_clock_mhz=reference.get("mem_clock_mhz"),
+        clock_table=tuple((float(sm), float(mem)) for sm, mem in _require(raw, "clock_table", where)),
+        sha256={str(k): str(v) for k, v in _require(raw, "sha256", where).items()},
+        raw=raw,
+    )
+
+
+def _onnx_input_width(model_path: Path) -> int:
+    import onnxruntime as ort  # lazy: keeps `import gpoeo_rt` light
+
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise BundleError(f"{model_path}: expected one model input, found {len(inputs)}")
+    width = inputs[0].shape[-1]
+    if not isinstance(width, int):
+        raise BundleError(f"{model_path}: model input width is not fixed ({width!r})")
+    return width
+
+
+def verify_bundle(bundle_dir: Path) -> Manifest:
+    """Parse and check a bundle; raise BundleError naming the directory and the first problem found."""
+    manifest = parse_manifest(bundle_dir)
+    if manifest.target_transform not in ("log", "none"):
+        raise BundleError(f"{bundle_dir}: unknown target_transform {manifest.target_transform!r}")
+    for model_name, file_name in MODEL_FILES.items():
+        path = bundle_dir / file_name
+        if not path.exists():
+            raise BundleError(f"{bundle_dir}: missing {file_name}")
+        expected = manifest.sha256.get(file_name)
+        if expected is None:
+            raise BundleError(f"{bundle_dir}: manifest has no sha256 for {file_name}")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise BundleError(f"{bundle_dir}: sha256 of {file_name} is {actual}, manifest says {expected}")
+        width = _onnx_input_width(path)
+        if width != len(manifest.feature_names):
+            raise BundleError(
+                f"{bundle_dir}: {model_name} model takes {width} inputs, manifest lists "
+                f"{len(manifest.feature_names)} features"
+            )
+    return manifest

@@ -1,0 +1,1 @@
+"""Search/policy layer: pure functions that choose clock configurations from predicted or measured ratios."""

@@ -1,0 +1,106 @@
+"""Run the model stages' entry points in order on a small synthetic sweep, as `dvc repro` would."""
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from gpoeo_pipeline import bundle, evaluate, export, features, train
+from gpoeo_rt.prediction.bundle import verify_bundle
+from tests.pipeline.synthetic import synthetic_sweeps
+
+PARAMS = {
+    "features": {
+        "sweeps": "data/processed/sweeps.parquet",
+        "group_pattern": "^([^/]+)",
+        "generic_inputs": ["feat_sm_active", "feat_dram_active", "sm_ratio", "mem_ratio"],
+        "sku_extra_inputs": ["sm_clock_mhz", "mem_clock_mhz"],
+    },
+    "models": {
+        "skus": ["sim-a"],
+        "bundles": ["sim-a", "generic"],
+        "generic_train_skus": ["sim-a", "sim-b"],
+        "min_groups": 3,
+    },
+    "xgb": {
+        "n_estimators": 60,
+        "early_stopping_splits": 2,
+        "early_stopping_rounds": 10,
+        "validation_fraction": 0.25,
+        "max_depth": 3,
+        "learning_rate": 0.2,
+        "subsample": 1.0,
+        "colsample_bytree": 1.0,
+        "min_child_weight": 1,
+        "reg_lambda": 1.0,
+        "n_jobs": 1,
+        "seed": 0,
+    },
+    "evaluate": {"workload_folds": 0, "bounds": [0.05, 0.02], "plot_workloads": 4},
+    "export": {"opset": 15, "max_rel_diff": 1.0e-4},
+    "bundle": {"out_dir": "models", "nvml_names": {"sim-a": ["Sim GPU A"]}},
+}
+
+
+def _run(module: object, *args: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["stage", *args])
+    module.main()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    (tmp_path / "data/processed").mkdir(parents=True)
+    sweeps = pd.concat(
+        [
+            synthetic_sweeps(n_programs=4, sku="sim-a", seed=1),
+            synthetic_sweeps(n_programs=4, sku="sim-b", seed=2),
+        ]
+    )
+    sweeps.to_parquet(tmp_path / "data/processed/sweeps.parquet", index=False)
+    return tmp_path
+
+
+def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _run(features, monkeypatch=monkeypatch)
+    for name in ("sim-a", "generic"):
+        for stage in (train, evaluate, export, bundle):
+            _run(stage, name, monkeypatch=monkeypatch)
+
+    manifest = verify_bundle(workdir / "models/sim-a")
+    assert manifest.nvml_names == ("Sim GPU A",)
+    assert manifest.reference_sm_clock_mhz == 1500.0
+    assert manifest.feature_names == (
+        "feat_sm_active",
+        "feat_dram_active",
+        "sm_ratio",
+        "mem_ratio",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+    )
+    generic = verify_bundle(workdir / "models/generic")
+    assert generic.clock_table == ()
+
+    metrics = json.loads((workdir / "metrics/sim-a.json").read_text())
+    assert metrics["cv"] == "leave-one-workload-out"
+    assert metrics["folds"] == 8  # 4 programs x 2 variants
+    assert 0 <= metrics["overall"]["xgboost"]["mape_time_pct"] < 50
+    assert "leave_one_program_out" in metrics
+    generic_metrics = json.loads((workdir / "metrics/generic.json").read_text())
+    assert set(generic_metrics["per_held_out_sku"]) == {"sim-a", "sim-b"}
+    for name in ("pred_vs_measured.png", "pareto.png"):
+        assert (workdir / "plots/sim-a" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_sku_with_too_few_workload_groups_is_refused(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    params = yaml.safe_load((workdir / "params.yaml").read_text())
+    params["models"]["min_groups"] = 10
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    _run(features, monkeypatch=monkeypatch)
+    with pytest.raises(ValueError, match=r"sim-a.*fewer than models\.min_groups=10"):
+        _run(train, "sim-a", monkeypatch=monkeypatch)
+    assert not (workdir / "data/models/sim-a").exists()
