@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from gpoeo_pipeline import ingest
-from gpoeo_pipeline.schema import IngestError, SWEEP_COLUMNS, conform, validate_sweeps
+from gpoeo_pipeline.schema import SWEEP_COLUMNS, IngestError, conform, validate_sweeps
 from gpoeo_rt.features import FEATURE_NAMES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def test_csv_export_matches_parquet(ingested: Path) -> None:
 
 
 def test_unknown_source_name_is_an_error_listing_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="unknown sources.*nope"):
+    with pytest.raises(KeyError, match=r"unknown sources.*nope"):
         ingest.parse_sources(REPO / "data/raw", ["nope"], {"nv-dvfs": print})
 
 

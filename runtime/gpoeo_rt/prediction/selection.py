@@ -1,0 +1,52 @@
+"""Choosing the bundle for a GPU: the one whose manifest names the GPU, else `generic`, and say why."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpoeo_rt.prediction.bundle import BundleError, Manifest, verify_bundle
+
+GENERIC = "generic"
+BUNDLES_ENV = "GPOEO_BUNDLES"
+
+
+@dataclass(frozen=True)
+class BundleChoice:
+    manifest: Manifest
+    reason: str
+
+
+def default_bundle_dirs() -> list[Path]:
+    """Where bundles are looked for, first match wins: $GPOEO_BUNDLES, then the repository's `models/` (source or
+    editable installs), then `<prefix>/share/gpoeo/models` (wheel installs)."""
+    dirs = []
+    if os.environ.get(BUNDLES_ENV):
+        dirs.append(Path(os.environ[BUNDLES_ENV]))
+    dirs.append(Path(__file__).resolve().parents[3] / "models")
+    dirs.append(Path(sys.prefix) / "share" / "gpoeo" / "models")
+    return dirs
+
+
+def _matches(manifest: Manifest, gpu_name: str) -> bool:
+    return any(gpu_name.startswith(prefix) for prefix in manifest.nvml_names)
+
+
+def select_bundle(bundle_root: Path, gpu_name: str) -> BundleChoice:
+    """Pick and verify the bundle for `gpu_name` under `bundle_root`. A corrupt matching bundle is an error (it is
+    never silently replaced by another); with no match, the generic bundle is used and the reason says so."""
+    if not bundle_root.is_dir():
+        raise BundleError(f"{bundle_root}: bundle directory not found")
+    candidates = sorted(p for p in bundle_root.iterdir() if (p / "manifest.json").exists() and p.name != GENERIC)
+    for path in candidates:
+        manifest = verify_bundle(path)
+        if _matches(manifest, gpu_name):
+            return BundleChoice(manifest, f"bundle '{manifest.name}' lists NVML name prefix matching {gpu_name!r}")
+    generic = bundle_root / GENERIC
+    if not (generic / "manifest.json").exists():
+        raise BundleError(f"{bundle_root}: no bundle matches {gpu_name!r} and there is no generic bundle")
+    manifest = verify_bundle(generic)
+    known = ", ".join(p.name for p in candidates) or "none"
+    return BundleChoice(manifest, f"no SKU bundle matches {gpu_name!r} (have: {known}); using the generic model")

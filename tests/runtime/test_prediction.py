@@ -1,0 +1,61 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.prediction.selection import select_bundle
+from tests.bundles import write_bundle
+
+
+def test_one_call_predicts_the_whole_grid_in_the_manifest_order(tmp_path: Path) -> None:
+    predictor = Predictor(verify_bundle(write_bundle(tmp_path / "b")))
+    sm = np.arange(345.0, 1981.0, 15.0)  # an H200-like table: 110 SM clocks at two memory clocks
+    grid_sm = np.concatenate([sm, sm])
+    grid_mem = np.concatenate([np.full(sm.size, 3201.0), np.full(sm.size, 2201.0)])
+    counters = {"feat_sm_active": 0.9, "feat_dram_active": 0.3, "feat_tensor_active": None}
+    prediction = predictor.predict_grid(counters, grid_sm, grid_mem, 1980.0, 3201.0)
+    assert prediction.time_ratio.shape == (220,)
+    top = slice(0, sm.size)
+    # A compute-bound workload: time falls and power rises as the SM clock goes up.
+    assert prediction.time_ratio[top][0] > 1.5 * prediction.time_ratio[top][-1]
+    assert prediction.power_ratio[top][-1] > prediction.power_ratio[top][0]
+    assert np.allclose(prediction.energy_ratio, prediction.time_ratio * prediction.power_ratio)
+    front = prediction.pareto_front()
+    assert len(front) >= 2
+    assert np.all(np.diff(prediction.time_ratio[front]) >= 0)
+    assert np.all(np.diff(prediction.energy_ratio[front]) < 0)
+
+
+def test_missing_counters_become_nan_inputs(tmp_path: Path) -> None:
+    predictor = Predictor(verify_bundle(write_bundle(tmp_path / "b")))
+    x = predictor.design_matrix({}, [1000.0], [877.0], 1500.0, 877.0)
+    assert np.isnan(x[0, 0]) and np.isnan(x[0, 1])
+    assert x[0, 2] == pytest.approx(1000 / 1500)
+
+
+def test_the_matching_sku_bundle_wins_and_generic_is_the_fallback(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "sim-gpu", name="sim-gpu", nvml_names=("Sim GPU",))
+    write_bundle(tmp_path / "generic", name="generic", nvml_names=())
+    choice = select_bundle(tmp_path, "Sim GPU 80GB")
+    assert choice.manifest.name == "sim-gpu"
+    fallback = select_bundle(tmp_path, "NVIDIA H200")
+    assert fallback.manifest.name == "generic"
+    assert "NVIDIA H200" in fallback.reason and "sim-gpu" in fallback.reason
+
+
+def test_a_corrupt_bundle_is_refused_not_skipped(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "sim-gpu")
+    write_bundle(tmp_path / "generic", name="generic", nvml_names=())
+    (tmp_path / "sim-gpu" / "time.onnx").write_bytes(b"not a model")
+    with pytest.raises(BundleError, match=r"sim-gpu: sha256 of time\.onnx"):
+        select_bundle(tmp_path, "Sim GPU")
+
+
+def test_no_match_and_no_generic_is_a_clear_error(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "sim-gpu")
+    with pytest.raises(BundleError, match="no generic bundle"):
+        select_bundle(tmp_path, "NVIDIA H200")
+    with pytest.raises(BundleError, match="not found"):
+        select_bundle(tmp_path / "nowhere", "NVIDIA H200")
