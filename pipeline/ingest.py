@@ -1,12 +1,14 @@
 """DVC stage `ingest`: parse every raw source into one normalized sweeps table (and a power-limit table).
 
-Outputs: data/processed/sweeps.parquet and .csv, data/processed/powerlimit.parquet, data/processed/ingest_report.json.
+Outputs: data/processed/sweeps.parquet and .csv, data/processed/powerlimit.parquet, data/processed/ingest_report.json
+(every rejected row with file, line and reason) and metrics/ingest.json (its counts, git-tracked).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -41,6 +43,18 @@ def combine(parsed: list[ParsedSource], columns: dict[str, str], key: tuple[str,
     return table.sort_values(list(key), kind="stable").reset_index(drop=True)
 
 
+def summarize_report(report: dict[str, Any]) -> dict[str, Any]:
+    """The git-tracked summary of the report: counts per source and per rejection reason (no row listings)."""
+    summary: dict[str, Any] = {}
+    for table in ("sweeps", "powerlimit"):
+        summary[table] = {"rows": report[table]["rows"]}
+        for entry in report[table]["sources"]:
+            summary[table][entry["source"]] = {
+                key: entry[key] for key in ("rows_read", "rows_kept", "rows_rejected", "rejected_by_reason")
+            }
+    return summary
+
+
 def main() -> None:
     params = load_section("ingest")
     raw_root = Path(params["raw_dir"])
@@ -69,6 +83,9 @@ def main() -> None:
         },
     }
     (out_dir / "ingest_report.json").write_text(json.dumps(report, indent=2) + "\n")
+    metrics_path = Path(params["metrics"])
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text(json.dumps(summarize_report(report), indent=2) + "\n")
     print(f"ingest: {len(sweeps)} sweep rows over {sweeps['sku'].nunique()} SKUs, {len(powerlimit)} power-limit rows")
 
 

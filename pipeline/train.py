@@ -38,12 +38,12 @@ def select_training_rows(table: pd.DataFrame, name: str, models_params: dict[str
     else:
         frame = table.loc[table["sku"] == name]
         if frame.empty:
-            raise ValueError(f"params.yaml models.skus: no sweep rows for SKU {name!r}")
+            raise ValueError(f"params.yaml models.bundles: no sweep rows for SKU {name!r}")
         n_groups = frame["group"].nunique()
         if n_groups < int(models_params["min_groups"]):
             raise ValueError(
                 f"SKU {name!r} has {n_groups} workload groups, fewer than models.min_groups="
-                f"{models_params['min_groups']} needed to cross-validate; remove it from params.yaml models.skus"
+                f"{models_params['min_groups']} needed to cross-validate; remove it from params.yaml models.bundles"
             )
     return frame.reset_index(drop=True)
 

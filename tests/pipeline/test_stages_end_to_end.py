@@ -20,7 +20,6 @@ PARAMS = {
         "sku_extra_inputs": ["sm_clock_mhz", "mem_clock_mhz"],
     },
     "models": {
-        "skus": ["sim-a"],
         "bundles": ["sim-a", "generic"],
         "generic_train_skus": ["sim-a", "sim-b"],
         "min_groups": 3,
