@@ -106,9 +106,7 @@ def _clocks(label: str, line: int, spec: FileSpec, core: float, mem: float) -> t
     base_core, base_mem = spec.clock_base_mhz
     # An offset is well below its base in magnitude; an absolute clock in an offset file is a mix-up.
     if abs(core) >= base_core or abs(mem) >= base_mem:
-        raise IngestError(
-            label, line, f"coreF={core:g}, memF={mem:g} look absolute, but this file stores offsets"
-        )
+        raise IngestError(label, line, f"coreF={core:g}, memF={mem:g} look absolute, but this file stores offsets")
     return base_core + core, base_mem + mem
 
 
@@ -123,9 +121,7 @@ def read_file(path: Path, label: str, spec: FileSpec) -> tuple[pd.DataFrame, int
     first_arg: str | None = None
     records: list[dict[str, object]] = []
     for row in rows:
-        sm_mhz, mem_mhz = _clocks(
-            label, row.line, spec, number(label, row, "coreF"), number(label, row, "memF")
-        )
+        sm_mhz, mem_mhz = _clocks(label, row.line, spec, number(label, row, "coreF"), number(label, row, "memF"))
         time_s = number(label, row, time_col) * seconds
         power_w = number(label, row, "power/W")
         check_measurement(label, row, sm_mhz, mem_mhz, time_s, power_w)
@@ -141,9 +137,7 @@ def read_file(path: Path, label: str, spec: FileSpec) -> tuple[pd.DataFrame, int
             arg = text(label, row, "arg")
             first_arg = arg if first_arg is None else first_arg
             if arg != first_arg:
-                raise IngestError(
-                    label, row.line, f"second configuration {arg!r} in a one-configuration file"
-                )
+                raise IngestError(label, row.line, f"second configuration {arg!r} in a one-configuration file")
             workload = f"{spec.model}/{stem}"
         else:
             workload = f"{text(label, row, 'appName')}/{text(label, row, 'argNo')}"
@@ -223,9 +217,7 @@ def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/dlbench-dvfs/ (every file in FILES)."""
     stray = unexpected_csvs(raw_dir, FILES, ())
     if stray:
-        raise IngestError(
-            raw_dir / stray[0], None, "CSV not listed in dlbench.FILES (parse it or list it as skipped)"
-        )
+        raise IngestError(raw_dir / stray[0], None, "CSV not listed in dlbench.FILES (parse it or list it as skipped)")
     absent = [name for name in FILES if not (raw_dir / name).is_file()]
     if absent:
         raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
@@ -235,11 +227,9 @@ def parse(raw_dir: Path) -> ParsedSource:
             "no counters in this source: all feat_* NaN",
             "Titan X GoogLeNet and VGG are each measured in two files (different runs and commands): kept as "
             "distinct workloads '<model>/<file stem>' sharing the model as CV group",
-            "dvfs-conv.csv identified as gtx-980 (core grid includes its 1126 MHz base clock; "
-            "mem 2100-3800 MHz)",
+            "dvfs-conv.csv identified as gtx-980 (core grid includes its 1126 MHz base clock; mem 2100-3800 MHz)",
             "reference = each workload's own max core x max mem point (the files sweep different grids)",
-            "not copied from upstream: *-segment.csv (per-kernel times, no power), "
-            "v100-vgg-logs-segment.csv (empty)",
+            "not copied from upstream: *-segment.csv (per-kernel times, no power), v100-vgg-logs-segment.csv (empty)",
         ]
     )
     return parsed

@@ -193,16 +193,13 @@ def split_copies(label: str, rows: list[KernelRow]) -> tuple[list[KernelRow], li
         seen: dict[str, KernelRow] = {}
         for r in group:
             if r.app in seen:
-                raise IngestError(
-                    label, r.line, f"duplicate kernel row of {r.app} (same as line {seen[r.app].line})"
-                )
+                raise IngestError(label, r.line, f"duplicate kernel row of {r.app} (same as line {seen[r.app].line})")
             seen[r.app] = r
         ranked = sorted(group, key=lambda r: (sizes[(r.app, r.sm_mhz, r.mem_mhz)], r.line))
         owner = ranked[0]
         if (
             len(ranked) > 1
-            and sizes[(ranked[1].app, owner.sm_mhz, owner.mem_mhz)]
-            == sizes[(owner.app, owner.sm_mhz, owner.mem_mhz)]
+            and sizes[(ranked[1].app, owner.sm_mhz, owner.mem_mhz)] == sizes[(owner.app, owner.sm_mhz, owner.mem_mhz)]
         ):
             raise IngestError(
                 label,

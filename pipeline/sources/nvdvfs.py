@@ -129,9 +129,7 @@ def text(label: str, row: RawRow, column: str) -> str:
     return value
 
 
-def check_measurement(
-    label: str, row: RawRow, sm_mhz: float, mem_mhz: float, time_s: float, power_w: float
-) -> None:
+def check_measurement(label: str, row: RawRow, sm_mhz: float, mem_mhz: float, time_s: float, power_w: float) -> None:
     """Reject impossible clocks, times and powers with the file and line (no silent repair)."""
     if sm_mhz <= 0 or mem_mhz <= 0:
         raise IngestError(label, row.line, f"non-positive clock sm={sm_mhz} MHz mem={mem_mhz} MHz")
@@ -271,9 +269,7 @@ def parse_files(files: Sequence[tuple[Path, str]], root: Path, source: str = SOU
     if missing.any():
         report.notes.append(
             f"{int(missing.sum())} kept row(s) have no DCGM counters (features NaN): "
-            + ", ".join(
-                f"{r.sku} {r.workload} @ {r.sm_clock_mhz:g} MHz" for r in frame.loc[missing].itertuples()
-            )
+            + ", ".join(f"{r.sku} {r.workload} @ {r.sm_clock_mhz:g} MHz" for r in frame.loc[missing].itertuples())
         )
     return ParsedSource(frame, report)
 
@@ -282,9 +278,7 @@ def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/nv-dvfs/ (every file in FILES)."""
     stray = unexpected_csvs(raw_dir, FILES, ())
     if stray:
-        raise IngestError(
-            raw_dir / stray[0], None, "CSV not listed in nvdvfs.FILES (parse it or list it as skipped)"
-        )
+        raise IngestError(raw_dir / stray[0], None, "CSV not listed in nvdvfs.FILES (parse it or list it as skipped)")
     absent = [name for name in FILES if not (raw_dir / name).is_file()]
     if absent:
         raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")

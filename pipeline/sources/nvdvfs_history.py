@@ -71,9 +71,7 @@ GPU_SPECS: dict[str, GpuSpec] = {
     # GP100 (PCIe, 1328 MHz boost): 56 SMs x 64 FP32 + 32 FP64; 4096-bit HBM2, 732 GB/s at 715 MHz. Taken as
     # the 16 GB part: the measured peak (vectorAdd, 523 GB/s) would be an implausible 95% of the 12 GB part's
     # 3072-bit 549 GB/s.
-    "tesla-p100": GpuSpec(
-        sms=56, fp32_lanes_per_sm=64, fp64_lanes_per_sm=32, dram_bytes_per_mem_cycle=1024.0
-    ),
+    "tesla-p100": GpuSpec(sms=56, fp32_lanes_per_sm=64, fp64_lanes_per_sm=32, dram_bytes_per_mem_cycle=1024.0),
 }
 
 
@@ -100,9 +98,7 @@ FILES: dict[str, FileSpec] = {
         "gtx-980", has_counters=True
     ),
     "c04f856/csvs/raw/p100-dvfs-real-Performance-Power.csv": FileSpec("tesla-p100", has_counters=True),
-    "8f42473/csvs/raw/gtx2070s-dvfs-real-Performance-Power.csv": FileSpec(
-        "rtx-2070-super", has_counters=False
-    ),
+    "8f42473/csvs/raw/gtx2070s-dvfs-real-Performance-Power.csv": FileSpec("rtx-2070-super", has_counters=False),
 }
 # Present upstream but deliberately not parsed (and not copied into data/raw): no power column.
 SKIPPED: dict[str, str] = {
@@ -284,9 +280,7 @@ def parse(raw_dir: Path) -> ParsedSource:
     if absent:
         raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
     parsed = parse_files([(raw_dir / name, spec) for name, spec in FILES.items()], raw_dir.parent)
-    parsed.report.notes.extend(
-        f"left out of data/raw, not parsed: {name} ({why})" for name, why in SKIPPED.items()
-    )
+    parsed.report.notes.extend(f"left out of data/raw, not parsed: {name} ({why})" for name, why in SKIPPED.items())
     parsed.report.notes.append(
         "gtx-980 merges the low (core 500-1000 x mem 500-1000) and high (core 700-1500 x mem 2100-3900) "
         "grids: same board and inputs, disjoint (core, mem) points; the reference (1500, 3900) is high-grid"

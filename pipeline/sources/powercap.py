@@ -145,9 +145,7 @@ def finalize(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Rejection]]:
     usable = ~frame.index.isin(list(rejected))
     has_ref = (frame["ref"] & usable).groupby([frame["sku"], frame["workload"]]).transform("any")
     for index in frame.index[~has_ref]:
-        rejected.setdefault(
-            index, f"no reference row (no usable {REF_CAP_W:g} W default-cap row for the workload)"
-        )
+        rejected.setdefault(index, f"no reference row (no usable {REF_CAP_W:g} W default-cap row for the workload)")
     rejections = [
         Rejection(str(frame.at[i, "_file"]), int(frame.at[i, "_line"]), reason)
         for i, reason in sorted(rejected.items())

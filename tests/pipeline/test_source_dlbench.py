@@ -142,9 +142,7 @@ def test_rejections_are_recorded() -> None:
     report = result.report
     assert report.rows_read == data_lines(FIXTURES / "dlbench_no_ref.csv") == 3
     assert report.rows_kept == len(result.frame) == 0
-    assert [(r.path, r.line) for r in report.rejections] == [
-        ("fixtures/dlbench_no_ref.csv", n) for n in (2, 3, 4)
-    ]
+    assert [(r.path, r.line) for r in report.rejections] == [("fixtures/dlbench_no_ref.csv", n) for n in (2, 3, 4)]
     assert all(r.reason.startswith("no reference config") for r in report.rejections)
 
 
@@ -172,9 +170,7 @@ def test_offset_fixture_is_converted() -> None:
         ("dlbench_offsets_absolute.csv", OFFSETS, 4, "look absolute, but this file stores offsets"),
     ],
 )
-def test_malformed_input_names_file_and_line(
-    name: str, spec: dlbench.FileSpec, line: int, problem: str
-) -> None:
+def test_malformed_input_names_file_and_line(name: str, spec: dlbench.FileSpec, line: int, problem: str) -> None:
     with pytest.raises(IngestError) as caught:
         dlbench.parse_files([(FIXTURES / name, spec)], FIXTURES.parent)
     error = caught.value

@@ -131,9 +131,7 @@ def test_features(parsed: ParsedSource, raw: pd.DataFrame) -> None:
         mine = frame[frame["workload"] == app].set_index("sm_clock_mhz")
         sm = rows["sm_efficiency"] / 100
         np.testing.assert_allclose(mine["feat_sm_active"], sm.loc[mine.index])
-        np.testing.assert_allclose(
-            mine["feat_sm_occupancy"], (rows["achieved_occupancy"] * sm).loc[mine.index]
-        )
+        np.testing.assert_allclose(mine["feat_sm_occupancy"], (rows["achieved_occupancy"] * sm).loc[mine.index])
         np.testing.assert_allclose(mine["feat_dram_active"], (rows["dram_utilization"] / 10).loc[mine.index])
         fp32 = rows["single_precision_fu_utilization"] / 10 * sm
         np.testing.assert_allclose(mine["feat_fp32_active"], fp32.loc[mine.index])

@@ -44,9 +44,7 @@ def test_counts_and_report(parsed: ParsedSource) -> None:
     assert report.rows_read == sum(data_lines(RAW / name) for name in nvdvfs.FILES)
     assert report.rows_read == report.rows_kept + len(report.rejections)
     assert report.rows_kept == len(parsed.frame) == 3160
-    assert (
-        report.rejections == []
-    )  # the upstream files have no duplicates and every workload has its reference
+    assert report.rejections == []  # the upstream files have no duplicates and every workload has its reference
     assert sorted(report.files) == sorted(f"nv-dvfs/{name}" for name in nvdvfs.FILES)
     per_sku = parsed.frame.groupby("sku").size().to_dict()
     for sku in ("tesla-v100", "quadro-rtx-8000"):
@@ -97,9 +95,7 @@ def test_features(parsed: ParsedSource) -> None:
     assert ((values >= 0) & (values <= 1) | values.isna()).all().all()
     # one V100 microbenchmark row has empty DCGM fields upstream: kept with NaN features, and said so
     missing = frame[values.isna().all(axis=1)]
-    assert missing[["workload", "sm_clock_mhz"]].values.tolist() == [
-        ["shmembench/benchmark_float/input005", 600.0]
-    ]
+    assert missing[["workload", "sm_clock_mhz"]].values.tolist() == [["shmembench/benchmark_float/input005", 600.0]]
     assert any("no DCGM counters" in note for note in parsed.report.notes)
     assert values.notna().all(axis=1).sum() == len(frame) - 1
     # workload ids: program first (the features stage groups by the text before the first '/')

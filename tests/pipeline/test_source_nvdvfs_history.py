@@ -99,11 +99,7 @@ def test_grids_and_reference(parsed: ParsedSource) -> None:
 
 def test_gtx980_grids_do_not_overlap() -> None:
     """The low and high grids merge into one SKU: same workloads, no shared (core, mem) point."""
-    grids = [
-        hist.read_file(RAW / name, name, spec)[0]
-        for name, spec in hist.FILES.items()
-        if spec.sku == "gtx-980"
-    ]
+    grids = [hist.read_file(RAW / name, name, spec)[0] for name, spec in hist.FILES.items() if spec.sku == "gtx-980"]
     assert len(grids) == 2
     low, high = ({tuple(p) for p in g[["sm_clock_mhz", "mem_clock_mhz"]].values} for g in grids)
     assert not low & high

@@ -45,9 +45,7 @@ def test_counts_and_report(parsed: ParsedSource) -> None:
     assert report.rows_read == report.rows_kept + len(report.rejections)
     assert report.rows_kept == len(parsed.frame) == 7 * 21
     # file 7 is parsed with its own layout, then rejected as a whole: it has no 130 W reference row
-    assert [(r.path, r.line) for r in report.rejections] == [
-        (f"powercap-ada/{FILE_7}", line) for line in range(1, 20)
-    ]
+    assert [(r.path, r.line) for r in report.rejections] == [(f"powercap-ada/{FILE_7}", line) for line in range(1, 20)]
     assert {r.reason for r in report.rejections} == {
         "no reference row (no usable 130 W default-cap row for the workload)"
     }

@@ -1,1 +1,49 @@
 """Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
+
+from gpoeo_rt.detection.period import (
+    DetectorConfig,
+    PeriodEstimate,
+    PreparedSignal,
+    UniformSignal,
+    Verdict,
+    average_power_from_energy,
+    detect_period,
+    detect_period_uniform,
+    fold_r2,
+    min_resolvable_period,
+    prepare_signal,
+    window_for_periods,
+)
+from gpoeo_rt.detection.phase import (
+    ChangeVerdict,
+    Phase,
+    PhaseConfig,
+    PhaseReport,
+    detect_phases,
+    has_changed,
+    iteration_boundaries,
+    level_change_points,
+)
+
+__all__ = [
+    "ChangeVerdict",
+    "DetectorConfig",
+    "PeriodEstimate",
+    "Phase",
+    "PhaseConfig",
+    "PhaseReport",
+    "PreparedSignal",
+    "UniformSignal",
+    "Verdict",
+    "average_power_from_energy",
+    "detect_period",
+    "detect_period_uniform",
+    "detect_phases",
+    "fold_r2",
+    "has_changed",
+    "iteration_boundaries",
+    "level_change_points",
+    "min_resolvable_period",
+    "prepare_signal",
+    "window_for_periods",
+]

@@ -1,1 +1,113 @@
-"""Device layer: one GPU interface with an NVML backend and a simulated GPU, chosen in one place."""
+"""Device layer: one GPU interface with an NVML backend and a simulated GPU, chosen in one place (`open_gpu`).
+
+Importing this package does not import pynvml: the NVML backend loads it when a real GPU is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpoeo_rt.device.base import (
+    GPU,
+    ClockController,
+    ClockTable,
+    CounterSnapshot,
+    GPUReader,
+    PolledReading,
+    PowerSamples,
+)
+from gpoeo_rt.device.clock import Clock, SimClock, WallClock
+from gpoeo_rt.device.errors import (
+    ClockWriteNotAllowedError,
+    GPUError,
+    GPUInvalidArgumentError,
+    GPULostError,
+    GPUNoPermissionError,
+    GPUNotFoundError,
+    GPUNotSupportedError,
+)
+from gpoeo_rt.device.nvml import NVMLGPU
+from gpoeo_rt.device.simulated import SimConfig, SimulatedGPU, SimulationTruth
+from gpoeo_rt.device.workload import (
+    PRESET_NAMES,
+    AnalyticWorkload,
+    GPUSpec,
+    IdleWorkload,
+    OperatingPoint,
+    SweepRangeError,
+    SweepWorkload,
+    Workload,
+    h200_spec,
+    parse_schedule,
+    preset_workload,
+)
+
+__all__ = [
+    "GPU",
+    "NVMLGPU",
+    "PRESET_NAMES",
+    "AnalyticWorkload",
+    "Clock",
+    "ClockController",
+    "ClockTable",
+    "ClockWriteNotAllowedError",
+    "CounterSnapshot",
+    "GPUError",
+    "GPUInvalidArgumentError",
+    "GPULostError",
+    "GPUNoPermissionError",
+    "GPUNotFoundError",
+    "GPUNotSupportedError",
+    "GPUReader",
+    "GPUSpec",
+    "IdleWorkload",
+    "OperatingPoint",
+    "PolledReading",
+    "PowerSamples",
+    "SimClock",
+    "SimConfig",
+    "SimulatedGPU",
+    "SimulationTruth",
+    "SweepRangeError",
+    "SweepWorkload",
+    "WallClock",
+    "Workload",
+    "h200_spec",
+    "open_gpu",
+    "parse_schedule",
+    "preset_workload",
+]
+
+
+def open_gpu(
+    index: int = 0,
+    *,
+    simulate: str | Workload | Sequence[tuple[float, Workload]] | None = None,
+    allow_clock_writes: bool = False,
+    seed: int | np.random.Generator = 0,
+    spec: GPUSpec | None = None,
+    sim_config: SimConfig | None = None,
+    clock: SimClock | None = None,
+    nvml: Any | None = None,
+) -> GPU:
+    """Open GPU `index`: the real one through NVML, or, with `simulate`, a simulated GPU running that workload
+    (a preset name or schedule string for `parse_schedule`, a Workload, or [(start_s, Workload), ...]).
+
+    Clock writes are refused unless `allow_clock_writes=True`, on both backends. `nvml` injects a pynvml-like
+    module (tests pass a fake); `seed`, `spec`, `sim_config` and `clock` configure the simulation.
+    """
+    if simulate is None:
+        return NVMLGPU(index, allow_clock_writes=allow_clock_writes, nvml=nvml)
+    schedule = parse_schedule(simulate, spec) if isinstance(simulate, str) else simulate
+    return SimulatedGPU(
+        schedule,
+        spec=spec,
+        clock=clock,
+        config=sim_config,
+        seed=seed,
+        allow_clock_writes=allow_clock_writes,
+        index=index,
+    )

@@ -1,1 +1,22 @@
 """Sampling layer: turns a device into time series (buffered power, energy, counters) over simulated or real time."""
+
+from gpoeo_rt.sampling.recorder import (
+    BUFFERED_FILE,
+    ITERATIONS_FILE,
+    POLLED_COLUMNS,
+    POLLED_FILE,
+    RecordSummary,
+    record_trace,
+)
+from gpoeo_rt.sampling.sampler import PowerWindow, Sampler
+
+__all__ = [
+    "BUFFERED_FILE",
+    "ITERATIONS_FILE",
+    "POLLED_COLUMNS",
+    "POLLED_FILE",
+    "PowerWindow",
+    "RecordSummary",
+    "Sampler",
+    "record_trace",
+]

@@ -1,0 +1,925 @@
+"""Iteration-period detection from a window of power samples (pure numpy: arrays in, frozen dataclasses out).
+
+Pipeline; each step is there for something seen on the real H200 traces:
+1. Clean: drop non-finite samples, sort a few out-of-order timestamps (refuse many), merge duplicates.
+2. Resample onto a uniform grid at the *effective* sampling interval. Polled NVML power is read every 10 ms but
+   refreshes every ~100 ms (a stair-step): its resolution is the refresh, so stairs are collapsed to their change
+   instants first. Gaps longer than a few intervals split the signal.
+3. Detrend (quartic) so that warm-up drift cannot pose as a long period.
+4. Candidates: peaks of the Hann spectrum, each taken as the fundamental or as its 2nd..6th harmonic (p / k):
+   some workloads (the transformer) put as much power in harmonics as in the fundamental.
+5. Score a period by band-limited epoch folding: the variance explained by a mean waveform made of the period's
+   harmonics *below Nyquist*, read off one zero-padded periodogram (a harmonic sum, bias-corrected so noise
+   scores ~0). Harmonics above Nyquist are left out: with them, coincidences of aliasing let wrong periods fold
+   as well as the right one. Refine the best candidate to sub-sample precision.
+6. Pick the iteration among the best period's relatives: divide it by k when its waveform sits on every k-th
+   harmonic (it was k iterations), or replace it by a shorter period whose aliased harmonics produce it (a
+   period near Nyquist with a weak fundamental). A pattern that repeats under the floor: too short.
+7. Validate on 2-5 sub-windows: each must fold significantly, their periods must agree, and the common period
+   must keep most of each sub-window's best fold. The last test is what keeps aliases out: a period under two
+   samples is indistinguishable from its alias in a perfectly stable signal, but real iteration rates wander
+   slightly, and an alias's frequency wanders by the same number of hertz at a much lower frequency, so its
+   relative wander is amplified by true_freq / alias_freq and the common period stops fitting the sub-windows.
+8. With the cumulative energy counter (optional), check that the waveform also shows in its interval averages
+   with the amplitude a real waveform would keep after averaging: aliases of faster iterations do not. Stair-step
+   (polled) power without that check yields at most ALIAS_RISK, never a period.
+Periods below `nyquist_guard * 2 * dt` (44 ms at 50 Hz, 220 ms for 10 Hz polled power) are never reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class Verdict(StrEnum):
+    OK = "ok"  # a period was found and validated
+    TOO_SHORT = "too_short"  # variation at sample scale, no period >= the resolvable limit: iterations too fast
+    APERIODIC = "aperiodic"  # the signal varies, but not periodically (or not consistently across sub-windows)
+    FLAT = "flat"  # the signal hardly varies: nothing to detect
+    INSUFFICIENT_DATA = "insufficient_data"  # too few samples, or a longer candidate needs a longer window
+    BAD_INPUT = "bad_input"  # arrays that cannot be interpreted (shape, mostly non-monotonic time...)
+    # A candidate was found in stair-step (polled) power, but nothing rules out that it is the alias of faster
+    # iterations (polled NVML power is an instantaneous sample): pass the energy counter to decide.
+    ALIAS_RISK = "alias_risk"
+
+
+@dataclass(frozen=True)
+class DetectorConfig:
+    """Thresholds of the period detector. Defaults were set on the shared H200 traces and synthetic jobs."""
+
+    min_period_s: float = 0.0  # the caller's floor; the sampling floor (nyquist_guard * 2 * dt) always applies
+    max_period_s: float = 30.0  # GPOEO treats longer periods as aperiodic
+    # Within ~10% of Nyquist a period and its mirror alias (e.g. 44 ms <-> 36.7 ms at 50 Hz) are too close in
+    # frequency for any wander test to separate: treat that band as unresolvable.
+    nyquist_guard: float = 1.1
+    # Cycles the window must hold for a period to be reported: the target is 10; 9 leaves room for a window cut
+    # at exactly 10 nominal periods while the iterations run slightly slow.
+    min_cycles: float = 9.0
+    cycles_per_subwindow: float = 3.0  # sub-windows hold at least this many cycles...
+    max_subwindows: int = 5  # ...and there are 2..max_subwindows of them
+    gap_factor: float = 4.0  # an interval longer than gap_factor * dt is a gap (missing samples), not a slow sample
+    max_backward_fraction: float = 0.01  # more out-of-order timestamps than this: refuse rather than sort
+    n_peaks: int = 5  # spectral peaks turned into candidates
+    max_harmonic: int = 6  # each peak may be the 1st..max_harmonic-th harmonic of the fundamental
+    n_refined: int = 3  # best-folding candidates refined to sub-sample precision
+    # A candidate is a multiple k * T of the period when its waveform's multiples-of-k harmonics carry at least
+    # this share of its power. Measured waveforms keep well under it at their true period (gpt_64, the most
+    # harmonic-rich: 0.40 on even harmonics); at 2T, T's harmonics carry ~all of it.
+    subharmonic_share: float = 0.7
+    # Alias-family resolution (see _resolve_alias_family): a shorter period replaces the chosen one when its
+    # aliasing-aware fold explains at least this fraction of the chosen one's, and its band-limited fold
+    # (its real, in-band waveform) at least min_inband_share of the chosen one's band-limited fold.
+    alias_family_ratio: float = 0.95
+    alias_family_max_inband: int = 2
+    min_inband_share: float = 0.5
+    min_fold_r2: float = 0.10  # explained-variance floor for the whole window...
+    # ... plus this / (cycles in the window): with few cycles, slow aperiodic wandering folds well by chance at
+    # some period among the many searched (the look-elsewhere effect), so the bar rises.
+    few_cycles_r2: float = 1.0
+    min_sub_fold_r2: float = 0.06  # ... and for every sub-window
+    max_sub_spread: float = 0.08  # (max - min) / period of the sub-window periods...
+    sub_spread_cycles: float = 0.2  # ... or this / (cycles per sub-window) when that is larger
+    min_period_held: float = 0.6  # each sub-window keeps this share of its best fold at the common period
+    rect_subwindow_cycles: float = 6.0  # sub-windows holding this many cycles are analysed untapered
+    matched_harmonic_share: float = 0.05  # sub-windows are scored on harmonics with this share of the waveform
+    # Mean sub-window fold r2 / whole-window fold r2: the long window's finer frequency resolution can fit
+    # unrelated lines as harmonics of a wrong period, a fit the sub-windows then fail to reproduce.
+    min_coherence: float = 0.5
+    # Energy-counter check: observed / predicted periodic variance of the interval averages (see _alias_ratio).
+    # Real waveforms give 0.9-1.3 (synthetic stair-step jobs); aliases from ~0 (a 104 ms iteration in 10 Hz
+    # polled power) up to 0.5 (polled10ms-gpt_16's 72 ms iteration: the counter's averages there keep half the
+    # alias's amplitude, so it is not a perfect box-car).
+    min_alias_ratio: float = 0.7
+    min_checkable_fraction: float = 0.25  # the check needs averaging to keep this much of a real waveform
+    flat_rel_std: float = 0.005  # detrended std / mean level under this (when no period is found): flat
+    rough_lag1: float = 0.3  # lag-1 autocorrelation under this (when no period is found): too_short
+
+
+@dataclass(frozen=True)
+class UniformSignal:
+    """A contiguous stretch of samples on a uniform grid: values[i] is the power at t0_s + i * dt_s."""
+
+    t0_s: float
+    dt_s: float
+    values: FloatArray = field(compare=False, repr=False)
+    held: bool = False  # the source was a stair-step (polled) signal; dt_s is its refresh interval
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def duration_s(self) -> float:
+        return self.n * self.dt_s
+
+    @property
+    def t_s(self) -> FloatArray:
+        return np.asarray(self.t0_s + np.arange(self.n) * self.dt_s, dtype=np.float64)
+
+    def slice_time(self, start_s: float, end_s: float) -> UniformSignal:
+        """The samples in [start_s, end_s)."""
+        i0 = max(0, math.ceil((start_s - self.t0_s) / self.dt_s - 1e-9))
+        i1 = min(self.n, math.ceil((end_s - self.t0_s) / self.dt_s - 1e-9))
+        i1 = max(i0, i1)
+        return UniformSignal(self.t0_s + i0 * self.dt_s, self.dt_s, self.values[i0:i1], self.held)
+
+
+@dataclass(frozen=True)
+class PreparedSignal:
+    """The result of cleaning raw samples: contiguous uniform segments, or an error saying why there are none."""
+
+    segments: tuple[UniformSignal, ...]
+    notes: tuple[str, ...]  # what was repaired (NaN dropped, order fixed, gaps), for the message
+    n_input: int
+    n_valid: int
+    error: str | None = None  # set when the input cannot be used at all (bad_input)
+    error_verdict: Verdict = Verdict.BAD_INPUT
+
+    @property
+    def longest(self) -> UniformSignal | None:
+        return max(self.segments, key=lambda s: s.n) if self.segments else None
+
+
+@dataclass(frozen=True)
+class PeriodEstimate:
+    """Result of `detect_period`. period_s is None unless verdict is OK."""
+
+    period_s: float | None
+    confidence: float  # in [0, 1]; 0 when period_s is None
+    verdict: Verdict
+    message: str
+    samples_used: int = 0  # uniform-grid samples analysed
+    window_s: float = 0.0  # duration analysed
+    start_s: float = math.nan  # first analysed time
+    sample_interval_s: float = math.nan  # effective sampling interval (the refresh interval for polled power)
+    min_resolvable_s: float = math.nan  # shortest period this sampling can report
+    level_w: float = math.nan  # mean power over the window
+    fold_r2: float = 0.0  # variance fraction explained by the mean waveform at period_s (bias-corrected)
+    sub_periods_s: tuple[float, ...] = ()  # per sub-window periods (validation)
+    sub_fold_r2: tuple[float, ...] = ()
+    suggested_window_s: float | None = None  # for INSUFFICIENT_DATA: a window that would suffice
+
+    @property
+    def n_periods(self) -> float:
+        """Whole window in periods (0 when there is no period)."""
+        return self.window_s / self.period_s if self.period_s else 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.OK
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Cleaning and resampling
+
+
+def prepare_signal(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    *,
+    gap_factor: float = 4.0,
+    max_backward_fraction: float = 0.01,
+) -> PreparedSignal:
+    """Validate raw samples and turn them into uniform, gap-free segments. Never raises on bad data."""
+    try:
+        t = np.asarray(t_s, dtype=np.float64).ravel()
+        v = np.asarray(power_w, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as exc:
+        return PreparedSignal((), (), 0, 0, f"samples are not numeric arrays: {exc}")
+    n_input = len(t)
+    if len(v) != n_input:
+        return PreparedSignal((), (), n_input, 0, f"{n_input} timestamps but {len(v)} power values")
+    notes: list[str] = []
+    finite = np.isfinite(t) & np.isfinite(v)
+    if not finite.all():
+        notes.append(f"dropped {int((~finite).sum())} of {n_input} samples with NaN/inf time or power")
+        t, v = t[finite], v[finite]
+    if len(t) < 2:
+        return PreparedSignal(
+            (), tuple(notes), n_input, len(t), "fewer than 2 valid samples", Verdict.INSUFFICIENT_DATA
+        )
+    steps = np.diff(t)
+    backward = int((steps < 0).sum())
+    if backward:
+        if backward > max_backward_fraction * len(steps):
+            return PreparedSignal(
+                (),
+                tuple(notes),
+                n_input,
+                len(t),
+                f"timestamps go backwards at {backward} of {len(steps)} steps: the clock is unreliable, "
+                "refusing to guess the order",
+            )
+        order = np.argsort(t, kind="stable")
+        t, v = t[order], v[order]
+        notes.append(f"sorted {backward} out-of-order timestamps")
+    if (np.diff(t) == 0).any():
+        # Several values at one instant (overlapping reads): keep their mean.
+        uniq, inverse = np.unique(t, return_inverse=True)
+        v = np.bincount(inverse, weights=v) / np.bincount(inverse)
+        notes.append(f"merged {len(t) - len(uniq)} duplicate timestamps")
+        t = uniq
+    if len(t) < 2:
+        return PreparedSignal(
+            (), tuple(notes), n_input, len(t), "fewer than 2 distinct timestamps", Verdict.INSUFFICIENT_DATA
+        )
+    t, v, dt, held = _collapse_stairs(t, v)
+    if held:
+        notes.append(f"stair-step signal: it refreshes every {dt * 1e3:.0f} ms, analysed at that rate")
+    segments: list[UniformSignal] = []
+    cuts = np.flatnonzero(np.diff(t) > gap_factor * dt)
+    bounds = np.concatenate(([0], cuts + 1, [len(t)]))
+    if len(cuts):
+        total_gap = float(np.diff(t)[cuts].sum())
+        notes.append(f"{len(cuts)} gap(s) in the samples ({total_gap:.2f} s missing) split the signal")
+    for a, b in itertools.pairwise(bounds):
+        if b - a < 2:
+            continue
+        grid = t[a] + np.arange(math.floor((t[b - 1] - t[a]) / dt + 1e-9) + 1) * dt
+        segments.append(UniformSignal(float(t[a]), dt, np.interp(grid, t[a:b], v[a:b]), held))
+    return PreparedSignal(tuple(segments), tuple(notes), n_input, len(t))
+
+
+def _collapse_stairs(t: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArray, float, bool]:
+    """Return (t, v, dt_eff, held). A held signal keeps each value for several reads; its information lives at the
+    change instants, and its real sampling interval is the typical time between changes."""
+    change = np.concatenate(([True], np.diff(v) != 0))
+    starts = np.flatnonzero(change)
+    raw_dt = float(np.median(np.diff(t)))
+    # Held means most values are read several times (a typical run of 2+ reads), not merely that some stretches
+    # are constant: a noise-free plateau repeats one value but the samples around it all differ.
+    run_len = np.diff(np.concatenate((starts, [len(t)])))
+    if len(starts) < 3 or float(np.median(run_len)) < 2:
+        return t, v, raw_dt, False
+    ends = np.concatenate((starts[1:] - 1, [len(t) - 1]))
+    run_dt = np.diff(t[starts])
+    dt = float(np.median(run_dt))
+    # Keep each run's start; a run much longer than usual (a flat stretch) also keeps its end so that
+    # interpolation stays flat there instead of ramping across it.
+    long_run = (t[ends] - t[starts]) > 1.5 * dt
+    idx = np.sort(np.concatenate((starts, ends[long_run & (ends > starts)])))
+    return t[idx], v[idx], dt, True
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Numerical core
+
+
+def _detrend(x: FloatArray, degree: int) -> FloatArray:
+    """Remove a least-squares polynomial trend (normal equations on a [-1, 1] time axis: well conditioned for
+    the low degrees used here, and much cheaper than an SVD)."""
+    n = len(x)
+    if n <= degree + 1:
+        return np.asarray(x - x.mean(), dtype=np.float64)
+    if degree == 1:
+        u = np.arange(n) - 0.5 * (n - 1)
+        return np.asarray(x - x.mean() - u * (float(u @ x) / float(u @ u)), dtype=np.float64)
+    vander = np.vander(np.linspace(-1.0, 1.0, n), degree + 1)
+    coef = np.linalg.solve(vander.T @ vander, vander.T @ x)
+    return np.asarray(x - vander @ coef, dtype=np.float64)
+
+
+# Quartic detrending removes warm-up drift (up to ~2 slow wiggles per window) but cannot absorb the >= 9
+# cycles a reported period needs.
+_DETREND_DEGREE = 4
+_MAX_HARMONICS = 8  # harmonics of a candidate period that its score may use
+_PAD = 4  # zero-padding of the scoring spectrum (peaks are read between bins by a log-parabola)
+# Constants of the harmonic sums (read-only): harmonic numbers, and "harmonic i comes before harmonic j".
+_J = np.arange(1.0, _MAX_HARMONICS + 1.0)
+_J.flags.writeable = False
+_EARLIER = np.tril(np.ones((_MAX_HARMONICS, _MAX_HARMONICS), dtype=bool), -1)
+_EARLIER.flags.writeable = False
+
+
+def _n_harmonics(period_s: float, dt: float, n_samples: int, aliased: bool = False) -> int:
+    """Harmonics of `period_s` a score may use: only those below Nyquist (1 / 2dt), i.e. real frequencies of the
+    sampled signal, unless `aliased`. Allowing aliased harmonics lets a wrong period explain the data through
+    coincidences of aliasing (with T = 19 samples, T/4's 5th harmonic lands on T's fundamental). Few samples,
+    few harmonics, so that noise cannot be fitted."""
+    below_nyquist = _MAX_HARMONICS if aliased else math.floor(period_s / (2.0 * dt) + 1e-9)
+    return int(max(0, min(_MAX_HARMONICS, below_nyquist, n_samples // 16)))
+
+
+class _Spectrum:
+    """Hann-windowed periodogram of a (detrended) window, scaled so that power(f) estimates the variance of a
+    sinusoid at f. A harmonic sum over it is band-limited epoch folding: the variance explained by a mean
+    waveform at period P is the sum of the power at P's harmonics (distinct, resolved frequencies). The window
+    keeps a strong line (or leftover drift) from leaking into the harmonics of other periods, which matters
+    when a sub-window holds only a few cycles. Computed once per window, it then scores any number of periods
+    by table lookups."""
+
+    def __init__(self, y: FloatArray, dt: float, pad: int = _PAD, hann: bool = True) -> None:
+        n = len(y)
+        # Without the taper (a sub-window holding many cycles), the main lobe is half as wide: better resolution
+        # against a stray line next to a harmonic, at the price of leakage that only matters with few cycles.
+        taper = np.hanning(n + 2)[1:-1] if hann else np.ones(n)  # no zero end points: every sample counts
+        yc = y - y.mean()
+        nfft = 1 << math.ceil(math.log2(pad * max(n, 2)))
+        # A sinusoid of amplitude A gives |X| = A * sum(taper) / 2 at its frequency: its variance A^2 / 2 is
+        # 2 |X|^2 / sum(taper)^2. White noise of variance s2 gives 2 s2 sum(taper^2) / sum(taper)^2 per harmonic.
+        norm = 2.0 / float(taper.sum()) ** 2
+        self.power = norm * np.abs(np.fft.rfft(yc * taper, nfft)) ** 2
+        self._log = np.log(self.power + 1e-30 * max(float(self.power.max()), 1e-300))
+        self.noise_per_harmonic = norm * float(taper @ taper)  # as a fraction of the variance
+        self.df = 1.0 / (nfft * dt)
+        self.var = float(yc @ yc) / n
+        self.n = n
+        self.dt = dt
+        self.window = n * dt
+
+    def _at(self, freqs: FloatArray) -> FloatArray:
+        """Power at arbitrary frequencies: a parabola through the log power of the three nearest bins. A Hann
+        main lobe is close to a Gaussian, whose log is a parabola, so peaks are read between bins without the
+        flat tops (and period estimates quantized to bins) that linear interpolation gives."""
+        pos = freqs / self.df  # freqs are >= 0 and <= Nyquist once folded or limited to band
+        # (np.minimum/np.maximum: np.clip costs ~10 us a call, and this runs hundreds of times per window)
+        k = np.minimum(np.maximum(np.rint(pos).astype(np.intp), 1), len(self.power) - 2)
+        u = np.minimum(np.maximum(pos - k, -1.0), 1.0)  # beyond +-0.5 only at table ends / unused harmonics
+        lm, l0, lp = self._log[k - 1], self._log[k], self._log[k + 1]
+        return np.asarray(np.exp(l0 + 0.5 * u * (lp - lm) + 0.5 * u * u * (lp - 2.0 * l0 + lm)), dtype=np.float64)
+
+    def harmonics(self, periods: npt.ArrayLike, aliased: bool = False) -> tuple[FloatArray, FloatArray]:
+        """(power of each harmonic j = 1.._MAX_HARMONICS of each period (0 where unused), harmonics used).
+
+        Aliased harmonics are folded into [0, Nyquist]; two harmonics landing on the same frequency count once
+        (a period commensurate with the sampling), and frequencies under 2 cycles per window (what detrending
+        removed) are not used.
+        """
+        periods = np.atleast_1d(np.asarray(periods, dtype=np.float64))
+        fs = 1.0 / self.dt
+        cap = min(_MAX_HARMONICS, self.n // 16)
+        h = np.full(len(periods), cap) if aliased else np.minimum(np.floor(periods / (2.0 * self.dt) + 1e-9), cap)
+        freqs = _J[None, :] / periods[:, None]
+        if aliased:
+            freqs = np.abs((freqs + 0.5 * fs) % fs - 0.5 * fs)
+        use = (_J[None, :] <= h[:, None]) & (freqs >= 2.0 / self.window)
+        if aliased:
+            # Drop a harmonic that lands within a resolution cell of a lower one.
+            close = np.abs(freqs[:, :, None] - freqs[:, None, :]) < 0.5 / self.window
+            use &= ~(close & _EARLIER[None, :, :] & use[:, None, :]).any(axis=2)
+        power = np.where(use, self._at(freqs), 0.0)
+        return power, use.sum(axis=1).astype(np.float64)
+
+    def r2(self, periods: npt.ArrayLike, aliased: bool = False, weights: FloatArray | None = None) -> FloatArray:
+        """Explained-variance fraction of each period's harmonic waveform, bias-corrected (noise scores ~0)."""
+        if self.var <= 0.0 or self.n < 16:
+            return np.zeros(np.atleast_1d(np.asarray(periods)).shape)
+        power, used = self.harmonics(periods, aliased)
+        if weights is not None:
+            # A matched score (for locating a known waveform's period), not a variance fraction.
+            return np.asarray(power @ weights / self.var, dtype=np.float64)
+        bias = used * self.noise_per_harmonic  # what white noise alone puts at that many harmonics
+        r2 = (power.sum(axis=1) / self.var - bias) / np.maximum(1.0 - bias, 1e-12)
+        # Overlapping main lobes (few cycles) can over-count a little: a variance fraction stays <= 1.
+        return np.asarray(np.minimum(r2, 1.0), dtype=np.float64)
+
+
+def fold_r2(y: FloatArray, dt: float, periods: npt.ArrayLike, *, aliased: bool = False) -> FloatArray:
+    """Band-limited epoch folding score of each period: the fraction of the variance of y explained by a mean
+    waveform at that period made of its harmonics below Nyquist (or, if `aliased`, of its first harmonics,
+    aliased or not). Bias-corrected: white noise scores ~0, a noise-free periodic signal ~1."""
+    return _Spectrum(np.asarray(y, dtype=np.float64), dt).r2(periods, aliased)
+
+
+def _refine(
+    spec: _Spectrum,
+    period: float,
+    rel_range: float,
+    n_grid: int = 15,
+    weights: FloatArray | None = None,
+) -> tuple[float, float]:
+    """Best-scoring period near `period`: a grid, a finer grid around its best point, then the vertex of the
+    parabola through the best three points of that one (its score is not re-evaluated: the best grid score is
+    returned). With `weights` the score is the weighted harmonic sum (see _Spectrum.r2)."""
+    offsets = np.linspace(-rel_range, rel_range, n_grid)
+    grid = period * (1.0 + offsets)
+    r2 = spec.r2(grid, weights=weights)
+    best_p = float(grid[int(np.argmax(r2))])
+    # Second, finer grid one coarse step either side.
+    step = 2.0 * rel_range / (n_grid - 1)
+    grid = best_p * (1.0 + np.linspace(-step, step, 9))
+    r2 = spec.r2(grid, weights=weights)
+    i = int(np.argmax(r2))
+    best_p, best_r = float(grid[i]), float(r2[i])
+    if 0 < i < 8:
+        a, b, c = r2[i - 1], r2[i], r2[i + 1]
+        den = a - 2.0 * b + c
+        if den < 0:
+            best_p = float(grid[i] + 0.5 * (a - c) / den * (grid[1] - grid[0]))
+    return best_p, best_r
+
+
+def _spectral_candidates(
+    y: FloatArray, dt: float, f_lo: float, f_hi: float, n_peaks: int, max_harmonic: int
+) -> FloatArray:
+    """Candidate periods: the strongest spectral peaks in band, each also divided by 2..max_harmonic."""
+    n = len(y)
+    nfft = 1 << math.ceil(math.log2(2 * n))  # peaks are refined later: 2x padding and a parabola suffice here
+    power = np.abs(np.fft.rfft(y * np.hanning(n), nfft)) ** 2
+    freqs = np.fft.rfftfreq(nfft, dt)
+    # Harmonics of a fundamental in band may lie up to Nyquist, so peaks are looked for up to there.
+    lo = max(1, math.floor(f_lo / freqs[1]))
+    hi = len(power) - 1
+    if hi - lo < 3:
+        return np.zeros(0)
+    seg = power[lo - 1 : hi + 1]
+    is_peak = (seg[1:-1] > seg[:-2]) & (seg[1:-1] >= seg[2:])
+    peak_idx = np.flatnonzero(is_peak) + lo
+    if len(peak_idx) == 0:
+        return np.zeros(0)
+    peak_idx = peak_idx[np.argsort(power[peak_idx])[::-1][:n_peaks]]
+    # Parabolic interpolation on log power: sub-bin peak frequency.
+    la = np.log(power[peak_idx - 1] + 1e-300)
+    lb = np.log(power[peak_idx] + 1e-300)
+    lc = np.log(power[np.minimum(peak_idx + 1, len(power) - 1)] + 1e-300)
+    den = la - 2 * lb + lc
+    shift = np.where(den < 0, 0.5 * (la - lc) / np.where(den < 0, den, -1.0), 0.0)
+    peak_f = (peak_idx + np.clip(shift, -0.5, 0.5)) * freqs[1]
+    cands = (peak_f[:, None] / np.arange(1, max_harmonic + 1)[None, :]).ravel()
+    cands = cands[(cands >= f_lo) & (cands <= f_hi)]
+    if len(cands) == 0:
+        return np.zeros(0)
+    periods = np.sort(1.0 / cands)
+    # Merge candidates closer than 0.5%: they fold alike and refinement would converge to the same point.
+    keep = np.concatenate(([True], np.diff(periods) / periods[1:] > 0.005))
+    return np.asarray(periods[keep], dtype=np.float64)
+
+
+def min_resolvable_period(dt_s: float, *, nyquist_guard: float = 1.1, min_period_s: float = 0.0) -> float:
+    """Shortest period a signal sampled every dt_s can report: twice the sampling interval, plus the guard band."""
+    return max(min_period_s, nyquist_guard * 2.0 * dt_s)
+
+
+def window_for_periods(
+    period_s: float,
+    n_periods: int,
+    *,
+    min_window_s: float = 0.0,
+    max_window_s: float = math.inf,
+) -> float:
+    """Duration of a measurement window holding a whole number of periods, at least `n_periods` of them.
+
+    If min_window_s demands more, the count is rounded up (still whole periods); if max_window_s allows fewer
+    than n_periods, the largest whole number that fits (at least 1) is used. Averaging power over whole periods
+    removes the intra-iteration waveform from the mean.
+    """
+    if not (period_s > 0 and math.isfinite(period_s)):
+        raise ValueError(f"period_s must be positive and finite, got {period_s}")
+    if n_periods < 1:
+        raise ValueError(f"n_periods must be >= 1, got {n_periods}")
+    k = max(n_periods, math.ceil(min_window_s / period_s - 1e-9))
+    if k * period_s > max_window_s:
+        k = max(1, math.floor(max_window_s / period_s + 1e-9))
+    return k * period_s
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Anti-aliasing reference: interval-average power from the cumulative energy counter
+
+
+def average_power_from_energy(
+    t_s: npt.ArrayLike, energy_j: npt.ArrayLike, *, gap_factor: float = 4.0
+) -> UniformSignal | None:
+    """Average power over each refresh interval of a cumulative energy counter, on a uniform grid (None if unusable).
+
+    An instantaneous power sample aliases whatever varies faster than its sampling; the energy counter integrates
+    power, so its differences are box-car averages that largely do not. On an H200 they match the integral of the
+    50 Hz buffered power over the same intervals (correlation 0.999). Counter resets (negative steps) are dropped.
+    """
+    try:
+        t = np.asarray(t_s, dtype=np.float64).ravel()
+        e = np.asarray(energy_j, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        return None
+    if len(t) != len(e):
+        return None
+    ok = np.isfinite(t) & np.isfinite(e)
+    t, e = t[ok], e[ok]
+    if len(t) < 4:
+        return None
+    order = np.argsort(t, kind="stable")
+    t, e = t[order], e[order]
+    change = np.concatenate(([True], np.diff(e) != 0))
+    t, e = t[change], e[change]
+    if len(t) < 4:
+        return None
+    dt_i = np.diff(t)
+    de = np.diff(e)
+    mid = 0.5 * (t[1:] + t[:-1])
+    good = (dt_i > 0) & (de >= 0)
+    if good.sum() < 4:
+        return None
+    interval = float(np.median(dt_i[good]))
+    mid, avg = mid[good], de[good] / dt_i[good]
+    # Only the longest gap-free stretch: an average over a long gap is not an average over `interval`.
+    cuts = np.flatnonzero((np.diff(mid) > gap_factor * interval) | (dt_i[good][1:] > gap_factor * interval))
+    bounds = np.concatenate(([0], cuts + 1, [len(mid)]))
+    k = int(np.argmax(np.diff(bounds)))
+    a, b = int(bounds[k]), int(bounds[k + 1])
+    if b - a < 4:
+        return None
+    grid = mid[a] + np.arange(math.floor((mid[b - 1] - mid[a]) / interval + 1e-9) + 1) * interval
+    return UniformSignal(float(mid[a]), interval, np.interp(grid, mid[a:b], avg[a:b]), held=False)
+
+
+def _alias_ratio(
+    spec: _Spectrum, t0: float, period: float, reference: UniformSignal, cfg: DetectorConfig
+) -> float | None:
+    """Observed / predicted periodic variance of the interval averages at `period`, or None if not checkable.
+
+    If the waveform at `period` seen in the instantaneous samples is real, averaging it over the reference's
+    interval R scales harmonic j by sinc(j R / period): that predicts how much the averages should vary at this
+    period. An alias is made of content faster than the sampling, which the averaging removes: the averages
+    then vary far less than predicted.
+    """
+    ref = reference.slice_time(t0, t0 + spec.window)
+    if ref.n < 16 or ref.duration_s < 3 * period:
+        return None
+    power, _ = spec.harmonics([period])
+    j = np.arange(1, _MAX_HARMONICS + 1)
+    periodic = float(power.sum())
+    predicted = float((power[0] * np.sinc(j * reference.dt_s / period) ** 2).sum())
+    if periodic <= 0 or predicted < cfg.min_checkable_fraction * periodic:
+        return None  # averaging would erase even a real waveform of this period: nothing to compare
+    ref_spec = _Spectrum(_detrend(ref.values, 1), ref.dt_s)
+    observed = max(float(ref_spec.r2([period])[0]), 0.0) * ref_spec.var
+    return observed / predicted
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Detection
+
+
+def detect_period(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    *,
+    energy_j: npt.ArrayLike | None = None,
+    energy_t_s: npt.ArrayLike | None = None,
+    min_period_s: float | None = None,
+    max_period_s: float | None = None,
+    config: DetectorConfig | None = None,
+) -> PeriodEstimate:
+    """Iteration period of a window of power samples, or an explicit verdict that none is resolvable.
+
+    t_s: sample times (s); power_w: power (W). energy_j (optional): the cumulative energy counter (J), read at
+    energy_t_s (default t_s); when given, a candidate period must also show in the counter's interval averages,
+    which rules out aliases of faster iterations. Stair-step (polled) power without it yields at most
+    ALIAS_RISK, never a period. Bad samples are repaired where that is safe (NaN dropped, a few out-of-order
+    timestamps sorted) and the message says so; with gaps, the longest contiguous stretch is analysed.
+    Never raises on bad data.
+    """
+    cfg = _with_bounds(config, min_period_s, max_period_s)
+    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
+    if prep.error is not None:
+        return PeriodEstimate(None, 0.0, prep.error_verdict, _join(prep.error, *prep.notes))
+    seg = prep.longest
+    assert seg is not None  # no error implies at least one segment
+    notes = list(prep.notes)
+    reference = None
+    if energy_j is not None:
+        reference = average_power_from_energy(t_s if energy_t_s is None else energy_t_s, energy_j)
+        if reference is None:
+            notes.append("the energy counter was unusable (too few valid, increasing readings): ignored")
+    if len(prep.segments) > 1:
+        notes.append(f"analysed the longest contiguous stretch ({seg.duration_s:.1f} s)")
+    est = detect_period_uniform(seg, cfg, reference=reference)
+    return replace(est, message=_join(est.message, *notes)) if notes else est
+
+
+def detect_period_uniform(
+    sig: UniformSignal, config: DetectorConfig | None = None, *, reference: UniformSignal | None = None
+) -> PeriodEstimate:
+    """`detect_period` on an already-cleaned uniform signal (what phase detection slides over).
+
+    reference: interval-average power (see `average_power_from_energy`) covering the same time, or None.
+    """
+    cfg = config or DetectorConfig()
+    x = np.asarray(sig.values, dtype=np.float64)
+    dt = sig.dt_s
+    n = len(x)
+    window = n * dt
+    t_lo = min_resolvable_period(dt, nyquist_guard=cfg.nyquist_guard, min_period_s=cfg.min_period_s)
+    level = float(x.mean()) if n else math.nan
+    base = _Fields(n, window, sig.t0_s, dt, t_lo, level)
+    if t_lo >= cfg.max_period_s:
+        return base.make(
+            Verdict.TOO_SHORT,
+            f"sampling every {dt * 1e3:.0f} ms cannot resolve any period below {t_lo:.3g} s, the maximum "
+            f"considered is {cfg.max_period_s:.3g} s",
+        )
+    if n < 16 or window < cfg.min_cycles * t_lo:
+        need = max(16 * dt, cfg.min_cycles * t_lo)
+        return base.make(
+            Verdict.INSUFFICIENT_DATA,
+            f"{n} samples over {window:.2f} s: need {need:.2f} s ({cfg.min_cycles:g} periods of the shortest "
+            f"resolvable period, {t_lo * 1e3:.0f} ms)",
+            suggested_window_s=need,
+        )
+    y = _detrend(x, _DETREND_DEGREE)
+    if float(y.std()) <= 1e-9 * max(abs(level), 1.0) or len(np.unique(x)) < 3:
+        return base.make(Verdict.FLAT, "the power is constant over the window")
+
+    spec = _Spectrum(y, dt)
+    # Periods the window can validate (min_cycles of them), and longer ones it can only hint at.
+    t_hi_ok = min(cfg.max_period_s, window / cfg.min_cycles)
+    t_hi_any = min(cfg.max_period_s, window / 2.0)
+    cands = _spectral_candidates(y, dt, 1.0 / t_hi_any, 1.0 / t_lo, cfg.n_peaks, cfg.max_harmonic)
+    ok_cands = cands[cands <= t_hi_ok]
+    best: tuple[float, float] | None = None
+    if len(ok_cands):
+        r2 = spec.r2(ok_cands)
+        order = np.argsort(r2)[::-1][: cfg.n_refined]
+        refined = [_refine(spec, float(ok_cands[i]), _refine_range(float(ok_cands[i]), window)) for i in order]
+        best = max(refined, key=lambda pr: pr[1])
+    if best is not None and best[1] >= cfg.min_fold_r2 + cfg.few_cycles_r2 * best[0] / window:
+        choice = _choose_fundamental(spec, best, t_lo, cfg)
+        if choice.issue == "sub_floor":
+            return base.make(
+                Verdict.TOO_SHORT,
+                f"the pattern repeats faster than the {t_lo * 1e3:.0f} ms this sampling resolves ({choice.detail})",
+                fold_r2=choice.r2,
+            )
+        return _validate(x, y, spec, sig, (choice.period, choice.r2), base, cfg, reference)
+    # No period the window can validate. A strong longer one means: measure longer.
+    long_cands = cands[cands > t_hi_ok]
+    if len(long_cands):
+        r2_long = spec.r2(long_cands)
+        i = int(np.argmax(r2_long))
+        if r2_long[i] >= 2 * cfg.min_fold_r2 and r2_long[i] > (best[1] if best else 0.0):
+            need = window_for_periods(float(long_cands[i]), math.ceil(cfg.min_cycles))
+            return base.make(
+                Verdict.INSUFFICIENT_DATA,
+                f"a period near {long_cands[i]:.3g} s may be present but the {window:.1f} s window holds only "
+                f"{window / long_cands[i]:.1f} of them; measure at least {need:.1f} s",
+                suggested_window_s=need,
+            )
+    return _no_period(y, base, cfg, "no periodic pattern")
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """What every estimate reports about the window, whatever the verdict."""
+
+    samples_used: int
+    window_s: float
+    start_s: float
+    sample_interval_s: float
+    min_resolvable_s: float
+    level_w: float
+
+    def make(self, verdict: Verdict, message: str, **extra: object) -> PeriodEstimate:
+        return PeriodEstimate(
+            None,
+            0.0,
+            verdict,
+            message,
+            samples_used=self.samples_used,
+            window_s=self.window_s,
+            start_s=self.start_s,
+            sample_interval_s=self.sample_interval_s,
+            min_resolvable_s=self.min_resolvable_s,
+            level_w=self.level_w,
+            **extra,  # type: ignore[arg-type]
+        )
+
+
+def _refine_range(period: float, window: float) -> float:
+    # A spectral peak is good to a fraction of a bin (1/window in frequency): half a bin in relative terms.
+    return max(0.5 * period / window, 0.002)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    period: float
+    r2: float
+    issue: str = ""  # "" (fine) or "sub_floor": no period can be reported
+    detail: str = ""
+
+
+def _choose_fundamental(spec: _Spectrum, best: tuple[float, float], t_lo: float, cfg: DetectorConfig) -> _Choice:
+    """From the best-folding period, the iteration period.
+
+    Any multiple k*T of the period folds as well as T, and can even fold better when T is near Nyquist and
+    commensurate with the sampling (T = 8.5 samples: the sampled sequence repeats every 17, and the fold at 2T
+    collects T's aliased upper harmonics as its own in-band odd harmonics). What gives a multiple away is its
+    waveform: most of its power sits on the harmonics that are multiples of k (those of T). So the period is
+    divided by the largest k whose multiples carry `subharmonic_share` of the fold's (noise-corrected) power.
+    A result under the resolvable floor means the pattern repeats faster than the sampling resolves.
+    """
+    period, r2 = best
+    h = _n_harmonics(period, spec.dt, spec.n)
+    harm, _ = spec.harmonics([period])
+    noise_floor = spec.noise_per_harmonic * spec.var  # what white noise alone puts at one harmonic
+    power = np.maximum(harm[0, :h] - noise_floor, 0.0)
+    total = float(power.sum())
+    k_best = 1
+    if total > 0:
+        for k in range(h, 1, -1):
+            if float(power[k - 1 :: k].sum()) >= cfg.subharmonic_share * total:
+                k_best = k
+                break
+    p, r = period, r2
+    if k_best > 1:
+        p = period / k_best
+        if p < t_lo:
+            return _Choice(period, r2, "sub_floor", f"{period * 1e3:.1f} ms repeats every {p * 1e3:.1f} ms")
+        p, r = _refine(spec, p, _refine_range(p, spec.window))
+    return _resolve_alias_family(spec, (p, r), t_lo, cfg)
+
+
+def _resolve_alias_family(spec: _Spectrum, chosen: tuple[float, float], t_lo: float, cfg: DetectorConfig) -> _Choice:
+    """Replace the chosen period by a shorter one whose aliased harmonics produce it, when that one explains the
+    samples at least as well and has a real in-band fundamental.
+
+    With T near Nyquist, T's k-th harmonic aliases to |k/T - m*fs|, and the harmonics of that alias are T's
+    harmonics too: a whole family of T's content folds at the alias period P. If T's own in-band fundamental
+    is weaker than that family, the band-limited fold prefers P. The aliasing-aware fold at T explains
+    everything P explains plus T's fundamental; requiring that fundamental to be real (a share of P's in-band
+    power) excludes the converse coincidence, where some T' explains P only through high aliased harmonics.
+    """
+    p, r = chosen
+    fs = 1.0 / spec.dt
+    f = 1.0 / p
+    cands: list[float] = []
+    for k in range(1, cfg.max_harmonic + 1):
+        for m in range(0, k + 1):
+            for sign in (1.0, -1.0):
+                fk = (m * fs + sign * f) / k  # the fundamental whose k-th harmonic aliases onto f
+                # Only periods with at most `alias_family_max_inband` harmonics below Nyquist: a period with
+                # more would have shown through them in the band-limited search; and a longer one can "explain"
+                # a commensurate pattern through its high aliased harmonics by coincidence.
+                if (
+                    fk > 0
+                    and t_lo <= 1.0 / fk < p * (1.0 - 1e-3)
+                    and fk * 2.0 * spec.dt * (cfg.alias_family_max_inband + 1) > 1.0
+                ):
+                    cands.append(1.0 / fk)
+    if not cands:
+        return _Choice(p, r)
+    alt = np.unique(np.round(np.asarray(cands), 12))
+    fine = spec.r2(np.concatenate(([p], alt)), aliased=True)
+    band = spec.r2(alt)
+    ok = (fine[1:] >= cfg.alias_family_ratio * fine[0]) & (band >= cfg.min_inband_share * r)
+    if not ok.any():
+        return _Choice(p, r)
+    i = int(np.flatnonzero(ok)[np.argmax(fine[1:][ok])])
+    p2, r2 = _refine(spec, float(alt[i]), _refine_range(float(alt[i]), spec.window))
+    return _Choice(p2, r2)
+
+
+def _validate(
+    x: FloatArray,
+    y: FloatArray,
+    spec: _Spectrum,
+    sig: UniformSignal,
+    best: tuple[float, float],
+    base: _Fields,
+    cfg: DetectorConfig,
+    reference: UniformSignal | None,
+) -> PeriodEstimate:
+    """Sub-window check (the same period, folding significantly, in every sub-window), then the alias check."""
+    period, r2 = best
+    dt = sig.dt_s
+    n = len(x)
+    window = n * dt
+    n_cyc = window / period
+    n_sub = int(min(cfg.max_subwindows, max(2, n_cyc // cfg.cycles_per_subwindow)))
+    edges = np.linspace(0, n, n_sub + 1).astype(int)
+    # Sub-windows hold few cycles, so their period estimates are noisy; scoring them only on the harmonics the
+    # whole window's waveform has (a matched filter) keeps noise, or a stray line, at a harmonic the waveform
+    # hardly has from moving the peak. Those it has count equally: higher harmonics pin the period better.
+    harm, _ = spec.harmonics([period])
+    weights = (harm[0] >= cfg.matched_harmonic_share * max(float(harm[0].sum()), 1e-300)).astype(np.float64)
+    sub_p: list[float] = []
+    sub_r: list[float] = []
+    held: list[float] = []  # per sub-window: share of its best fold kept at the whole window's period
+    for a, b in itertools.pairwise(edges):
+        # Sub-window periods only need to agree to ~1%: a coarser spectrum (4x padding, <= 5% loss) will do.
+        sub = _Spectrum(_detrend(x[a:b], 1), dt, pad=4, hann=(b - a) * dt < cfg.rect_subwindow_cycles * period)
+        p, _ = _refine(sub, period, 1.5 * cfg.max_sub_spread, weights=weights)
+        r, r_common = (float(v) for v in sub.r2([p, period]))
+        sub_p.append(p)
+        sub_r.append(r)
+        # The drop from the sub-window's best fold to its fold at the common period, against what is allowed:
+        # a share of the fold, or what noise alone lends a maximised fold (about one harmonic's noise per
+        # harmonic used), whichever is larger; so a weak, few-cycle waveform is not failed for noise.
+        drop = r - r_common
+        slack = _n_harmonics(period, dt, b - a) * sub.noise_per_harmonic * max(1.0 - r, 0.0)
+        held.append(1.0 - max(drop - slack, 0.0) / r if r > 0 else 0.0)
+    spread = (max(sub_p) - min(sub_p)) / period
+    # A sub-window of m cycles pins its period to roughly 1/(m * harmonics * SNR): with few cycles the
+    # tolerance grows accordingly, or noise alone would reject long periods.
+    tolerance = max(cfg.max_sub_spread, cfg.sub_spread_cycles / (n_cyc / n_sub))
+    min_sub = min(sub_r)
+    coherence = float(np.mean(sub_r)) / r2
+    extra = {"fold_r2": r2, "sub_periods_s": tuple(sub_p), "sub_fold_r2": tuple(sub_r)}
+    if n_cyc < cfg.min_cycles:
+        need = window_for_periods(period, math.ceil(cfg.min_cycles))
+        return base.make(
+            Verdict.INSUFFICIENT_DATA,
+            f"candidate period {period:.4g} s: the window holds only {n_cyc:.1f} periods; measure {need:.1f} s",
+            suggested_window_s=need,
+            **extra,
+        )
+    # The whole window's period must also explain every sub-window nearly as well as that sub-window's own best
+    # period does. This scales with precision by itself: with many cycles and a strong waveform the fold peak is
+    # sharp, and a small wander (an alias's, amplified) already loses most of the fold; with few cycles or a
+    # weak waveform the peak is broad, and one misfiring sub-window estimate costs little.
+    worst_held = min(held)
+    if (
+        spread > tolerance
+        or min_sub < cfg.min_sub_fold_r2
+        or coherence < cfg.min_coherence
+        or worst_held < cfg.min_period_held
+    ):
+        why = (
+            f"candidate {period * 1e3:.1f} ms is not consistent across {n_sub} sub-windows (periods "
+            f"{', '.join(f'{p * 1e3:.1f}' for p in sub_p)} ms; fold r2 {r2:.2f} overall, "
+            f"{', '.join(f'{r:.2f}' for r in sub_r)} per sub-window, {worst_held * 100:.0f}% of it kept at the common "
+            "period in the worst)"
+        )
+        # Every sub-window folds well, only not on one common period: a real period that drifts or stutters
+        # (iteration times varying from step to step), not iterations too fast to see.
+        unstable = min_sub >= 2 * cfg.min_sub_fold_r2 and spread <= 2 * tolerance
+        return _no_period(y, base, cfg, why, unstable=unstable, **extra)
+    ratio = None if reference is None else _alias_ratio(spec, sig.t0_s, period, reference, cfg)
+    if ratio is not None and reference is not None and ratio < cfg.min_alias_ratio:
+        return base.make(
+            Verdict.TOO_SHORT,
+            f"a {period * 1e3:.1f} ms pattern is present, but the energy counter's {reference.dt_s * 1e3:.0f} ms "
+            f"averages vary only {ratio * 100:.0f}% as much at that period as a real waveform would: it is the "
+            f"alias of iterations faster than the {_t_lo_ms(base)} ms the {dt * 1e3:.0f} ms sampling resolves",
+            **extra,
+        )
+    if ratio is None and sig.held:
+        return base.make(
+            Verdict.ALIAS_RISK,
+            f"a {period * 1e3:.1f} ms pattern is present in stair-step (polled) power, which samples the "
+            f"instantaneous power every {dt * 1e3:.0f} ms: iterations faster than {_t_lo_ms(base)} ms alias to "
+            "such patterns, and without the energy counter (or buffered samples) this cannot be ruled out",
+            **extra,
+        )
+    # Confidence: how much of the variance the waveform explains (saturating at 0.5), times how well the
+    # sub-windows agree, times how strongly the weakest sub-window folds.
+    conf = min(1.0, r2 / 0.5) ** 0.5
+    conf *= 1.0 - 0.5 * spread / tolerance
+    conf *= min(1.0, min_sub / (2 * cfg.min_sub_fold_r2)) ** 0.5
+    checked = f", energy averages agree ({ratio:.2f})" if ratio is not None else ""
+    est = base.make(
+        Verdict.OK,
+        f"period {period * 1e3:.2f} ms ({n_cyc:.0f} periods, fold r2 {r2:.2f}, sub-window spread "
+        f"{spread * 100:.1f}%{checked})",
+        **extra,
+    )
+    return replace(est, period_s=period, confidence=float(np.clip(conf, 0.0, 1.0)))
+
+
+def _t_lo_ms(base: _Fields) -> str:
+    return f"{base.min_resolvable_s * 1e3:.0f}"
+
+
+def _no_period(
+    y: FloatArray, base: _Fields, cfg: DetectorConfig, why: str, unstable: bool = False, **extra: object
+) -> PeriodEstimate:
+    """Classify a window without a valid period: flat, too fast for the sampling, or aperiodic."""
+    sd = float(y.std())
+    level = base.level_w
+    if sd < cfg.flat_rel_std * max(abs(level), 1e-9):
+        return base.make(Verdict.FLAT, f"{why}; the power is flat (std {sd:.2f} W around {level:.0f} W)", **extra)
+    if unstable:
+        return base.make(Verdict.APERIODIC, f"{why}; the period is not stable over the window", **extra)
+    yc = y - y.mean()
+    lag1 = float(yc[:-1] @ yc[1:] / max(float(yc @ yc), 1e-300))
+    if lag1 < cfg.rough_lag1:
+        return base.make(
+            Verdict.TOO_SHORT,
+            f"{why}; the power changes from one sample to the next (lag-1 correlation {lag1:.2f}), as with "
+            f"iterations shorter than the {_t_lo_ms(base)} ms that {base.sample_interval_s * 1e3:.0f} ms "
+            "sampling resolves",
+            **extra,
+        )
+    return base.make(Verdict.APERIODIC, f"{why}; the power varies aperiodically", **extra)
+
+
+def _with_bounds(
+    config: DetectorConfig | None, min_period_s: float | None, max_period_s: float | None
+) -> DetectorConfig:
+    cfg = config or DetectorConfig()
+    if min_period_s is not None:
+        cfg = replace(cfg, min_period_s=float(min_period_s))
+    if max_period_s is not None:
+        cfg = replace(cfg, max_period_s=float(max_period_s))
+    return cfg
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)

@@ -1,0 +1,125 @@
+"""Windows of measurements from a device: buffered power samples, the energy-counter delta and counters.
+
+The sampler sleeps on the device's clock (or an injected one), so with a simulated GPU a window costs no wall
+time. It drains the driver's finite sample buffer often (every 250 ms by default) and reads the slow energy
+counter once per window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from gpoeo_rt.device.base import CounterSnapshot, GPUReader
+from gpoeo_rt.device.clock import Clock
+from gpoeo_rt.device.errors import GPUNotSupportedError
+
+FloatArray = npt.NDArray[np.float64]
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class PowerWindow:
+    """What one window measured. `iterations` is known only when an iteration counter was given (a training-loop
+    hook, or a simulator's ground truth in benchmarks)."""
+
+    start_s: float
+    end_s: float
+    t_s: FloatArray = field(repr=False)
+    power_w: FloatArray = field(repr=False)
+    energy_j: float  # energy-counter delta over the window (10 Hz counter: edges are +-100 ms)
+    counters: CounterSnapshot
+    iterations: int | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    @property
+    def mean_power_w(self) -> float:
+        """Mean of the buffered samples (NaN without samples)."""
+        return float(self.power_w.mean()) if len(self.power_w) else math.nan
+
+    @property
+    def counter_power_w(self) -> float:
+        """Mean power from the energy counter."""
+        return self.energy_j / self.duration_s if self.duration_s > 0 else math.nan
+
+
+class Sampler:
+    """Collects consecutive windows from one device. Consecutive windows share their boundary reads (energy,
+    counters, iteration count), so each window costs one energy read."""
+
+    def __init__(
+        self,
+        device: GPUReader,
+        *,
+        clock: Clock | None = None,
+        drain_period_s: float = 0.25,
+        iteration_counter: Callable[[], int] | None = None,
+    ) -> None:
+        if drain_period_s <= 0:
+            raise ValueError("drain_period_s must be > 0")
+        self._device = device
+        self._clock = clock if clock is not None else device.clock
+        self._drain_period_s = drain_period_s
+        self._iteration_counter = iteration_counter
+        self._boundary_s: float | None = None  # end of the previous window, if the next one continues it
+        self._boundary_energy_j = math.nan
+        self._boundary_iterations: int | None = None
+        self._last_sample_t_s: float | None = None
+
+    def _energy(self) -> float:
+        try:
+            return self._device.energy_j()
+        except GPUNotSupportedError:  # pre-Volta GPUs have no energy counter
+            return math.nan
+
+    def _drain(self, t_parts: list[FloatArray], p_parts: list[FloatArray]) -> None:
+        since = self._last_sample_t_s if self._last_sample_t_s is not None else -math.inf
+        samples = self._device.power_samples_since(since)
+        if len(samples):
+            t_parts.append(samples.t_s)
+            p_parts.append(samples.power_w)
+            self._last_sample_t_s = float(samples.t_s[-1])
+
+    def collect(self, window_s: float) -> PowerWindow:
+        """Let window_s pass on the clock and return what was measured in it."""
+        if window_s <= 0:
+            raise ValueError("window_s must be > 0")
+        start = self._clock.now_s()
+        if self._boundary_s is None or abs(start - self._boundary_s) > _EPS:
+            # A fresh start: baseline reads; samples from before the window are not ours.
+            self._boundary_energy_j = self._energy()
+            self._device.counter_snapshot()
+            self._boundary_iterations = self._iteration_counter() if self._iteration_counter else None
+            self._last_sample_t_s = start
+        end = start + window_s
+        t_parts: list[FloatArray] = []
+        p_parts: list[FloatArray] = []
+        while (now := self._clock.now_s()) < end - _EPS:
+            self._clock.sleep(min(self._drain_period_s, end - now))
+            self._drain(t_parts, p_parts)
+        self._drain(t_parts, p_parts)
+        energy_j = self._energy()
+        counters = self._device.counter_snapshot()
+        iterations = self._iteration_counter() if self._iteration_counter else None
+        window = PowerWindow(
+            start_s=start,
+            end_s=self._clock.now_s(),
+            t_s=np.concatenate(t_parts) if t_parts else np.empty(0),
+            power_w=np.concatenate(p_parts) if p_parts else np.empty(0),
+            energy_j=energy_j - self._boundary_energy_j,
+            counters=counters,
+            iterations=None
+            if iterations is None or self._boundary_iterations is None
+            else iterations - self._boundary_iterations,
+        )
+        self._boundary_s = window.end_s
+        self._boundary_energy_j = energy_j
+        self._boundary_iterations = iterations
+        return window

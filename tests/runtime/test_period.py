@@ -1,0 +1,431 @@
+"""Period detection: real H200 traces, synthetic jobs (property-based), aliasing, bad input, cost."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpoeo_rt.detection.period import (
+    DetectorConfig,
+    PeriodEstimate,
+    Verdict,
+    average_power_from_energy,
+    detect_period,
+    fold_r2,
+    min_resolvable_period,
+    prepare_signal,
+    window_for_periods,
+)
+from gpoeo_rt.tracefile import read_polled, read_trace
+from tests.runtime.synth import Job, iteration_ends, sample, window_for
+
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces" / "h200"
+DT = 0.02  # 50 Hz, NVML's buffered power on the H200
+T_LO = min_resolvable_period(DT)  # 44 ms: twice the sampling interval plus the 10% guard band
+
+
+def _window(folder: str, phase: int, offset_s: float, length_s: float = 10.0) -> tuple[np.ndarray, np.ndarray, float]:
+    """`length_s` of the folder's best power signal, `offset_s` after the phase's first iteration."""
+    trace = read_trace(TRACES / folder)
+    assert trace.iterations is not None
+    truth = trace.iterations.phases()[phase]
+    t, p = trace.power.t_s, trace.power.power_w
+    start = truth.start_s + offset_s
+    m = (t >= start) & (t < start + length_s)
+    return t[m], p[m], truth.period_s
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Real traces (the targets)
+
+
+@pytest.mark.parametrize(
+    ("folder", "phase", "true_ms"),
+    [("resnet_512", 0, 104.2), ("resnet_128_20", 0, 50.2), ("gpt_64", 0, 256.8), ("gpt_16-mlp_65536", 0, 72.0)],
+)
+@pytest.mark.parametrize("offset_s", [0.5, 2.0])
+def test_real_buffered_traces_within_2_percent_from_10_s(
+    folder: str, phase: int, true_ms: float, offset_s: float
+) -> None:
+    """10 s windows from the start of training. (resnet_128_20's iterations turn irregular 12-25 s in: 50-56 ms
+    from one step to the next; windows reaching into that stretch are rejected as inconsistent, see the bench.)"""
+    t, p, truth = _window(folder, phase, offset_s)
+    assert truth * 1e3 == pytest.approx(true_ms, abs=0.1)  # the README's ground truth
+    est = detect_period(t, p)
+    assert est.verdict is Verdict.OK, est.message
+    assert est.period_s == pytest.approx(truth, rel=0.02)
+    assert est.window_s <= 10.0 + 0.02  # n samples of 20 ms
+    assert 0.3 < est.confidence <= 1.0
+
+
+@pytest.mark.parametrize("offset_s", [0.5, 3.0, 6.0])
+def test_real_9_8_ms_mlp_phase_is_not_resolvable(offset_s: float) -> None:
+    """50 Hz samples of a 9.8 ms iteration show an ~83 ms pattern that wanders: never report it."""
+    t, p, truth = _window("gpt_16-mlp_65536", 1, offset_s)
+    assert truth < 0.01
+    est = detect_period(t, p)
+    assert est.period_s is None, est.message
+    assert est.verdict in (Verdict.TOO_SHORT, Verdict.APERIODIC, Verdict.ALIAS_RISK)
+
+
+POLLED = [
+    "polled10ms-resnet_128",
+    "polled10ms-gpt_16",
+    "polled10ms-mlp_65536",
+    "polled10ms-gcn",
+    "polled10ms-resnet_64-gpt_8",
+    "polled10ms-mlp_16384-resnet_256",
+]
+
+
+@pytest.mark.parametrize("folder", POLLED)
+@pytest.mark.parametrize("length_s", [10.0, 20.0])
+@pytest.mark.parametrize("with_energy", [True, False])
+def test_polled_power_never_yields_an_alias(folder: str, length_s: float, with_energy: bool) -> None:
+    """Polled power refreshes at 10 Hz: every true period here (3.6-72 ms) is under the 220 ms it resolves."""
+    cols = read_polled(TRACES / folder, ("p_inst_mw", "energy_mj"))
+    t, p, e = cols["t_s"], cols["p_inst_mw"] / 1e3, cols["energy_mj"] / 1e3
+    for start in np.arange(t[0], t[-1] - length_s, 5.0):
+        m = (t >= start) & (t < start + length_s)
+        est = detect_period(t[m], p[m], energy_j=e[m] if with_energy else None)
+        assert est.period_s is None, f"{folder} @ {start - t[0]:.0f} s: {est.message}"
+        assert est.sample_interval_s == pytest.approx(0.1, rel=0.1)  # the refresh, not the 10 ms poll
+        assert est.min_resolvable_s > 0.2
+
+
+@pytest.mark.parametrize("folder", ["resnet_512", "gpt_64"])
+def test_polled_power_of_buffered_folders_is_null_too(folder: str) -> None:
+    """resnet_512's stable 104 ms iteration aliases to a clean ~2.5 s pattern in 10 Hz polled power."""
+    cols = read_polled(TRACES / folder, ("p_inst_mw", "energy_mj"))
+    t, p, e = cols["t_s"], cols["p_inst_mw"] / 1e3, cols["energy_mj"] / 1e3
+    for start in np.arange(t[0] + 16.0, t[-1] - 20.0, 5.0):
+        m = (t >= start) & (t < start + 20.0)
+        assert detect_period(t[m], p[m], energy_j=e[m]).period_s is None
+        assert detect_period(t[m], p[m]).period_s is None
+
+
+def test_energy_counter_is_an_anti_aliasing_reference() -> None:
+    """Its interval averages match the 50 Hz buffered power integrated over the same intervals."""
+    trace = read_trace(TRACES / "resnet_512")
+    assert trace.energy is not None
+    ref = average_power_from_energy(trace.energy.t_s, trace.energy.energy_j)
+    assert ref is not None
+    assert ref.dt_s == pytest.approx(0.1, rel=0.05)
+    t, p = trace.power.t_s, trace.power.power_w
+    mids = ref.t_s[(ref.t_s > t[0] + 1) & (ref.t_s < t[-1] - 1)]
+    cum = np.concatenate(([0.0], np.cumsum(0.5 * (p[1:] + p[:-1]) * np.diff(t))))
+    a, b = mids - ref.dt_s / 2, mids + ref.dt_s / 2
+    integrated = (np.interp(b, t, cum) - np.interp(a, t, cum)) / ref.dt_s
+    avg = np.interp(mids, ref.t_s, ref.values)
+    assert np.corrcoef(integrated, avg)[0, 1] > 0.98
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Synthetic jobs: the 2% target across periods, noise, drift (property-based)
+
+# Shapes whose sampled waveform keeps a real fundamental; harmonic_rich (gpt_64's measured harmonic mix) only
+# where its six harmonics are below Nyquist (see test_harmonic_rich_near_nyquist_is_a_known_limit).
+FUNDAMENTAL_SHAPES = ("pulse", "sharp_dip", "sawtooth", "sine")
+
+
+@st.composite
+def jobs(draw: st.DrawFn) -> Job:
+    period = math.exp(draw(st.floats(math.log(0.040), math.log(5.0))))
+    shapes = FUNDAMENTAL_SHAPES + (("harmonic_rich",) if period >= 12 * DT else ())
+    return Job(
+        period_s=period,
+        duration_s=window_for(period),
+        shape=draw(st.sampled_from(shapes)),
+        noise_w=draw(st.floats(0.0, 0.3)) * 120.0,  # up to 30% of the waveform's half-amplitude
+        drift_w=draw(st.floats(0.0, 2.0)) * 120.0,  # warm-up drift up to twice the waveform's half-amplitude
+        jitter=draw(st.floats(0.0, 0.005)),
+        wander=draw(st.floats(0.0, 0.003)),
+        timestamp_jitter_s=draw(st.sampled_from([0.0, 0.004])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(job=jobs())
+def test_synthetic_periods_within_2_percent_or_null_only_at_the_nyquist_floor(job: Job) -> None:
+    """Within 2% from max(10 periods, 10 s) of 50 Hz samples. The only null allowed: a true period in the guard
+    band above Nyquist (40-44 ms) or within 5% of it (where the estimate may fall under the floor); everywhere
+    else a null fails the test, and a wrong number always does."""
+    t, p = sample(job)
+    est = detect_period(t, p)
+    if est.period_s is None:
+        assert job.period_s < 1.05 * T_LO, f"{job}: {est.verdict}: {est.message}"
+    else:
+        assert est.period_s == pytest.approx(job.period_s, rel=0.02), f"{job}: {est.message}"
+
+
+@pytest.mark.parametrize("period", [0.045, 0.05, 0.073, 0.1042, 0.2568, 0.6, 1.7, 5.0])
+@pytest.mark.parametrize("shape", ["pulse", "sharp_dip", "sawtooth"])
+def test_synthetic_grid_with_noise_and_drift(period: float, shape: str) -> None:
+    job = Job(period_s=period, duration_s=window_for(period), shape=shape, noise_w=30, drift_w=200, wander=0.002)
+    est = detect_period(*sample(job))
+    assert est.period_s == pytest.approx(period, rel=0.02), est.message
+
+
+def test_fundamental_not_a_harmonic_nor_the_drift() -> None:
+    """gpt_64-like waveform (harmonics 1-3 of similar size) under a drift 2.5x the waveform's amplitude."""
+    job = Job(period_s=0.2568, duration_s=10.0, shape="harmonic_rich", noise_w=20, drift_w=300, seed=3)
+    est = detect_period(*sample(job))
+    assert est.period_s == pytest.approx(0.2568, rel=0.01), est.message
+
+
+def test_a_two_iteration_pattern_is_reported_as_the_iteration() -> None:
+    """Every second iteration slightly different: the period is still one iteration."""
+    job = Job(period_s=0.12, duration_s=10.0, shape="pulse", noise_w=5)
+    t, p = sample(job)
+    ends = iteration_ends(job)
+    k = np.searchsorted(ends, t)
+    p = p + np.where(k % 2 == 0, 8.0, 0.0)  # 8 W extra on even iterations
+    est = detect_period(t, p)
+    assert est.period_s == pytest.approx(0.12, rel=0.02), est.message
+
+
+def test_subsample_precision() -> None:
+    """A period of 5.21 samples is found to far better than one sample (20 ms = 19%)."""
+    job = Job(period_s=0.1042, duration_s=10.0, shape="pulse", noise_w=10, jitter=0.001)
+    est = detect_period(*sample(job))
+    assert est.period_s == pytest.approx(0.1042, rel=0.003)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Aliasing: periods under the floor
+
+
+def test_fast_iterations_with_realistic_rate_wander_are_almost_never_reported() -> None:
+    """Iterations of 4-20 ms alias at 50 Hz onto patterns whose period wanders 2.5-100x more than the iteration
+    rate (the real 9.8 ms MLP: 0.55% between 2 s windows). With a 1% wander, at most 1 in 50 may slip through.
+    (A perfectly stable iteration under 40 ms is indistinguishable from its alias in uniform samples: no test
+    of the samples can reject it, so this is a rate, not a property.)"""
+    rng = np.random.default_rng(7)
+    reported = []
+    for i in range(100):
+        period = float(np.exp(rng.uniform(np.log(0.004), np.log(0.020))))
+        job = Job(
+            period_s=period,
+            duration_s=10.0,
+            shape=str(rng.choice((*FUNDAMENTAL_SHAPES, "harmonic_rich"))),
+            noise_w=float(rng.uniform(0, 36)),
+            drift_w=float(rng.uniform(0, 120)),
+            wander=0.01,
+            timestamp_jitter_s=float(rng.choice([0.0, 0.004])),
+            seed=i,
+        )
+        est = detect_period(*sample(job))
+        if est.period_s is not None:
+            reported.append((period, est.period_s))
+    assert len(reported) <= 2, reported
+
+
+@pytest.mark.parametrize("period", [0.036, 0.040, 0.042])
+def test_periods_under_the_floor_are_null_even_when_stable(period: float) -> None:
+    """Under the guard band the detector never reports (its floor is 44 ms at 50 Hz)."""
+    est = detect_period(*sample(Job(period_s=period, duration_s=10.0, shape="pulse", noise_w=5)))
+    assert est.period_s is None or est.period_s >= T_LO
+    assert est.period_s is None or abs(est.period_s / period - 1) > 0.02  # never mistaken for the true one...
+    assert est.min_resolvable_s == pytest.approx(T_LO, rel=0.01)
+
+
+def test_stair_step_power_without_energy_is_at_most_an_alias_risk() -> None:
+    """A 10 Hz stair-step sampled every 10 ms (polled NVML power): a clean 600 ms pattern is still only a risk."""
+    job = Job(period_s=0.6, duration_s=20.0, fs_hz=10.0, shape="pulse", noise_w=5)
+    t10, p10 = sample(job)
+    t = np.arange(t10[0], t10[-1], 0.01)
+    p = p10[np.searchsorted(t10, t, side="right") - 1]
+    est = detect_period(t, p)
+    assert est.verdict is Verdict.ALIAS_RISK
+    assert est.period_s is None
+    assert est.sample_interval_s == pytest.approx(0.1, rel=0.02)
+    # With an energy counter that agrees (integrating the same smooth waveform), the period is confirmed.
+    fine = np.arange(t[0], t[-1], 0.001)
+    from tests.runtime.synth import power_at
+
+    energy = np.cumsum(power_at(job, fine)) * 0.001
+    e_read = np.interp(t10, fine, energy)[np.searchsorted(t10, t, side="right") - 1]
+    est2 = detect_period(t, p, energy_j=e_read)
+    assert est2.verdict is Verdict.OK, est2.message
+    assert est2.period_s == pytest.approx(0.6, rel=0.02)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Verdicts, bad input, windows
+
+
+def test_flat_signal() -> None:
+    t = np.arange(0, 20, 0.02)
+    rng = np.random.default_rng(0)
+    assert detect_period(t, np.full_like(t, 77.0)).verdict is Verdict.FLAT
+    est = detect_period(t, 77.0 + rng.normal(0, 0.05, len(t)))
+    assert est.verdict is Verdict.FLAT and est.period_s is None
+
+
+def test_aperiodic_random_walk() -> None:
+    rng = np.random.default_rng(1)
+    t = np.arange(0, 30, 0.02)
+    est = detect_period(t, 400 + np.cumsum(rng.normal(0, 3, len(t))))
+    assert est.period_s is None
+    assert est.verdict in (Verdict.APERIODIC, Verdict.INSUFFICIENT_DATA)
+
+
+def test_white_noise_has_no_period() -> None:
+    rng = np.random.default_rng(2)
+    t = np.arange(0, 30, 0.02)
+    est = detect_period(t, 400 + rng.normal(0, 30, len(t)))
+    assert est.period_s is None
+    assert est.verdict is Verdict.TOO_SHORT  # sample-to-sample variation: faster than resolvable, or noise
+
+
+def test_window_too_short_for_the_period_asks_for_more() -> None:
+    job = Job(period_s=2.0, duration_s=12.0, shape="pulse", noise_w=5)
+    est = detect_period(*sample(job))
+    assert est.verdict is Verdict.INSUFFICIENT_DATA
+    assert est.period_s is None
+    assert est.suggested_window_s is not None and est.suggested_window_s >= 17.0  # >= 9 periods of ~2 s
+
+
+@pytest.mark.parametrize(
+    ("t", "p", "verdict", "words"),
+    [
+        ([], [], Verdict.INSUFFICIENT_DATA, "fewer than 2"),
+        ([0.0, 0.02, 0.04], [1.0, 2.0], Verdict.BAD_INPUT, "3 timestamps but 2"),
+        ([[0.0, 1.0], [2.0, 3.0]], [1.0, 2.0, 3.0, 4.0], None, None),  # 2-D is flattened, then too short
+        (["a", "b"], [1.0, 2.0], Verdict.BAD_INPUT, "not numeric"),
+        ([math.nan] * 50, [1.0] * 50, Verdict.INSUFFICIENT_DATA, "NaN"),
+    ],
+)
+def test_bad_input_gives_a_verdict_not_an_exception(
+    t: list, p: list, verdict: Verdict | None, words: str | None
+) -> None:
+    est = detect_period(t, p)
+    assert est.period_s is None
+    if verdict is not None:
+        assert est.verdict is verdict
+    if words is not None:
+        assert words in est.message
+
+
+def test_nan_samples_are_dropped_and_counted() -> None:
+    t, p, truth = _window("resnet_512", 0, 1.0)
+    p = p.copy()
+    p[::17] = np.nan
+    est = detect_period(t, p)
+    assert est.period_s == pytest.approx(truth, rel=0.02)
+    assert f"dropped {len(p[::17])} of {len(p)}" in est.message
+
+
+def test_a_few_out_of_order_timestamps_are_sorted() -> None:
+    t, p, truth = _window("resnet_512", 0, 1.0)
+    t, p = t.copy(), p.copy()
+    t[[100, 101]] = t[[101, 100]]
+    p[[100, 101]] = p[[101, 100]]
+    est = detect_period(t, p)
+    assert est.period_s == pytest.approx(truth, rel=0.02)
+    assert "sorted 1 out-of-order" in est.message
+
+
+def test_scrambled_timestamps_are_refused() -> None:
+    t, p, _ = _window("resnet_512", 0, 1.0)
+    rng = np.random.default_rng(0)
+    est = detect_period(rng.permutation(t), p)
+    assert est.verdict is Verdict.BAD_INPUT
+    assert "go backwards" in est.message
+
+
+def test_duplicates_are_merged() -> None:
+    t, p, truth = _window("resnet_512", 0, 1.0)
+    est = detect_period(np.concatenate([t, t[:50]]), np.concatenate([p, p[:50]]))
+    assert est.period_s == pytest.approx(truth, rel=0.02)
+    assert "merged 50 duplicate" in est.message
+
+
+def test_gap_splits_and_the_longest_stretch_is_used() -> None:
+    job = Job(period_s=0.3, duration_s=40.0, shape="pulse", noise_w=5)
+    t, p = sample(job)
+    keep = (t < job.t0_s + 8) | (t > job.t0_s + 14)  # a 6 s hole
+    est = detect_period(t[keep], p[keep])
+    assert est.period_s == pytest.approx(0.3, rel=0.02)
+    assert "gap" in est.message and "longest contiguous stretch" in est.message
+    assert est.window_s < 27.0
+
+
+def test_prepare_signal_resamples_irregular_stamps_onto_a_grid() -> None:
+    t, p, _ = _window("resnet_512", 0, 1.0)
+    prep = prepare_signal(t, p)
+    assert prep.error is None and len(prep.segments) == 1
+    seg = prep.segments[0]
+    assert seg.dt_s == pytest.approx(0.02, rel=0.01)
+    assert not seg.held
+    assert abs(seg.n - len(t)) <= 3
+
+
+def test_window_for_periods() -> None:
+    assert window_for_periods(0.1, 10) == pytest.approx(1.0)
+    assert window_for_periods(0.3, 5, min_window_s=2.0) == pytest.approx(2.1)  # 7 whole periods
+    assert window_for_periods(4.0, 10, max_window_s=30.0) == pytest.approx(28.0)  # 7 fit
+    assert window_for_periods(40.0, 3, max_window_s=30.0) == pytest.approx(40.0)  # at least one
+    for bad in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="period_s"):
+            window_for_periods(bad, 5)
+    with pytest.raises(ValueError, match="n_periods"):
+        window_for_periods(1.0, 0)
+
+
+def test_fold_r2_scores() -> None:
+    t = np.arange(0, 10, 0.02)
+    y = np.sin(2 * np.pi * t / 0.25)
+    r2 = fold_r2(y, 0.02, [0.25, 0.5, 0.125, 0.31])
+    assert r2[0] > 0.95 and r2[1] > 0.95  # the period and its multiple
+    assert r2[2] < 0.05 and r2[3] < 0.05
+    noise = np.random.default_rng(0).normal(size=5000)
+    assert abs(fold_r2(noise, 0.02, [0.25])[0]) < 0.02  # bias-corrected
+
+
+def test_config_bounds() -> None:
+    job = Job(period_s=0.5, duration_s=10.0, shape="pulse", noise_w=5)
+    t, p = sample(job)
+    assert detect_period(t, p, max_period_s=0.3).period_s is None
+    assert detect_period(t, p, min_period_s=0.6).period_s is None
+    assert detect_period(t, p, config=DetectorConfig(max_period_s=1.0)).period_s == pytest.approx(0.5, rel=0.02)
+
+
+def test_estimate_fields_are_consistent() -> None:
+    t, p, _truth = _window("resnet_512", 0, 1.0)
+    est = detect_period(t, p)
+    assert isinstance(est, PeriodEstimate) and est.ok
+    assert est.samples_used == pytest.approx(len(t), abs=3)
+    assert est.n_periods == pytest.approx(est.window_s / est.period_s)
+    assert len(est.sub_periods_s) == len(est.sub_fold_r2) >= 2
+    assert est.level_w == pytest.approx(float(np.mean(p)), rel=0.01)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Cost
+
+
+def test_60_s_window_costs_at_most_5_ms_of_cpu() -> None:
+    """The target: detection of a 60 s window at 50 Hz in <= 5 ms of CPU."""
+    trace = read_trace(TRACES / "resnet_512")
+    t, p = trace.power.t_s, trace.power.power_w
+    m = t >= t[-1] - 60.0  # the last 60 s (the trace's buffered part is 47 s: pad by synthetic continuation)
+    t60, p60 = t[m], p[m]
+    if t60[-1] - t60[0] < 59.0:
+        job = Job(period_s=0.1042, duration_s=60.0, shape="pulse", noise_w=20)
+        t60, p60 = sample(job)
+    detect_period(t60, p60)  # warm-up
+    # The fastest of 15 runs: CPU time of one detection, not of whatever else shares the machine's cores.
+    runs = []
+    for _ in range(15):
+        c = time.process_time()
+        detect_period(t60, p60)
+        runs.append(time.process_time() - c)
+    assert min(runs) <= 0.005, f"{min(runs) * 1e3:.2f} ms"

@@ -1,0 +1,122 @@
+"""The sampling layer over the simulated GPU and over the fake NVML backend; nothing here sleeps for real."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpoeo_rt.device import NVMLGPU, SimConfig, SimulatedGPU, open_gpu
+from gpoeo_rt.sampling import ITERATIONS_FILE, Sampler, record_trace
+from tests.runtime.fake_nvml import FakeNVML
+
+
+def _sim(workload: str = "resnet50", config: SimConfig | None = None) -> SimulatedGPU:
+    gpu = open_gpu(0, simulate=workload, seed=1, allow_clock_writes=True, sim_config=config)
+    assert isinstance(gpu, SimulatedGPU)
+    return gpu
+
+
+def test_consecutive_windows_have_every_sample_once() -> None:
+    gpu = _sim()
+    sampler = Sampler(gpu)
+    windows = [sampler.collect(2.0) for _ in range(5)]
+    stamps = np.concatenate([w.t_s for w in windows])
+    assert len(stamps) == 5 * 100
+    np.testing.assert_allclose(np.diff(stamps), 0.02, atol=1e-9)
+    for w in windows:
+        assert w.duration_s == pytest.approx(2.0)
+        assert np.all((w.t_s > w.start_s - 1e-9) & (w.t_s <= w.end_s + 1e-9))
+
+
+def test_energy_is_read_once_per_window_and_matches_power() -> None:
+    gpu = _sim()
+    sampler = Sampler(gpu)
+    windows = [sampler.collect(5.0) for _ in range(4)]
+    assert gpu.stats.energy_reads == 4 + 1  # one baseline, then one per window
+    for w in windows:
+        assert w.counter_power_w == pytest.approx(w.mean_power_w, rel=0.02)
+    assert sum(w.energy_j for w in windows) == pytest.approx(gpu.truth.energy_j(), rel=0.01)
+
+
+def test_counters_cover_each_window() -> None:
+    gpu = _sim()
+    sampler = Sampler(gpu)
+    sampler.collect(1.0)
+    w = sampler.collect(1.0)
+    assert w.counters.end_s == pytest.approx(w.end_s) and w.counters.interval_s == pytest.approx(1.0)
+    assert 0.5 < w.counters.features["feat_sm_active"] <= 1.0
+
+
+def test_iterations_from_an_injected_counter() -> None:
+    gpu = _sim()
+    assert Sampler(gpu).collect(1.0).iterations is None  # the reader interface knows no iterations
+    sampler = Sampler(gpu, iteration_counter=lambda: gpu.truth.iterations_completed)
+    counts = [sampler.collect(10.0).iterations for _ in range(3)]
+    for n in counts:
+        assert n is not None and abs(n - 10.0 / 0.1042) <= 1
+
+
+def test_a_gap_between_windows_starts_fresh() -> None:
+    gpu = _sim()
+    sampler = Sampler(gpu)
+    sampler.collect(1.0)
+    gpu.clock.advance(3.0)  # something else used the time
+    reads = gpu.stats.energy_reads
+    w = sampler.collect(1.0)
+    assert gpu.stats.energy_reads == reads + 2  # a new baseline
+    assert w.t_s[0] > w.start_s and len(w.t_s) == 50
+    assert w.energy_j == pytest.approx(w.mean_power_w * 1.0, rel=0.1)
+
+
+def test_draining_too_rarely_loses_samples() -> None:
+    gpu = _sim()
+    lossy = Sampler(gpu, drain_period_s=5.0).collect(5.0)
+    assert len(lossy.t_s) == gpu.config.buffer_capacity  # the driver kept only the last 2.4 s
+    assert len(Sampler(gpu).collect(5.0).t_s) == 250
+
+
+def test_phase_change_is_visible_in_windows() -> None:
+    gpu = _sim("resnet50,membound@10", SimConfig(drift_frac=0.0))
+    sampler = Sampler(gpu)
+    before = sampler.collect(10.0)
+    sampler.collect(1.0)
+    after = sampler.collect(9.0)
+    assert after.mean_power_w < before.mean_power_w - 30.0
+    assert after.counters.features["feat_dram_active"] > 2 * before.counters.features["feat_dram_active"]
+
+
+def test_invalid_arguments() -> None:
+    gpu = _sim()
+    with pytest.raises(ValueError):
+        Sampler(gpu, drain_period_s=0.0)
+    with pytest.raises(ValueError):
+        Sampler(gpu).collect(0.0)
+
+
+def test_sampler_over_the_nvml_backend_with_a_fake() -> None:
+    fake = FakeNVML()
+    fake.devices[0].power_w = 400.0
+    with NVMLGPU(0, nvml=fake, clock=fake, monotonic_s=fake.now_s) as gpu:
+        sampler = Sampler(gpu)
+        first = sampler.collect(1.0)
+        second = sampler.collect(1.0)
+    assert len(first.t_s) + len(second.t_s) == 100
+    assert second.energy_j == pytest.approx(400.0, abs=1.0)
+    assert second.counters.features["feat_sm_active"] == pytest.approx(0.88)
+    assert math.isnan(second.counters.features["feat_fp64_active"])
+    assert fake.names_called().count("nvmlDeviceGetTotalEnergyConsumption") == 3
+    assert fake.writes() == []
+
+
+def test_record_trace_keeps_all_true_iterations_of_a_long_recording(tmp_path: Path) -> None:
+    gpu = _sim(config=SimConfig(history_s=5.0))  # the simulator forgets older iterations: the recorder must not
+    summary = record_trace(gpu, tmp_path, 30.0)
+    assert summary.n_buffered == 1500 and summary.n_polled == 300
+    with (tmp_path / ITERATIONS_FILE).open() as fh:
+        numbers = [int(row["iteration"]) for row in csv.DictReader(fh)]
+    assert numbers == list(range(1, len(numbers) + 1)) and len(numbers) == summary.n_iterations
+    assert summary.n_iterations == pytest.approx(30.0 / 0.1042, abs=2)
