@@ -262,3 +262,12 @@ def test_error_mapping(code_name: str, error: type[GPUError]) -> None:
             gpu.current_clocks()
         assert info.value.nvml_code == code
         assert not isinstance(info.value, fake.NVMLError)  # never leaks the vendor exception type
+
+
+def test_forbid_variable_blocks_real_nvml_with_clock_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpoeo_rt.device.nvml import FORBID_CLOCK_WRITES_ENV, NVMLGPU
+
+    monkeypatch.setenv(FORBID_CLOCK_WRITES_ENV, "1")
+    # Refused before pynvml is even imported, so this holds on machines with and without a GPU.
+    with pytest.raises(ClockWriteNotAllowedError, match=FORBID_CLOCK_WRITES_ENV):
+        NVMLGPU(0, allow_clock_writes=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 from collections.abc import Callable
 from types import MappingProxyType
@@ -61,6 +62,10 @@ def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# Set (to anything) on machines where gpoeo must never change a GPU setting.
+FORBID_CLOCK_WRITES_ENV = "GPOEO_FORBID_CLOCK_WRITES"
+
+
 class NVMLGPU(GPU):
     """One NVIDIA GPU through NVML.
 
@@ -79,6 +84,12 @@ class NVMLGPU(GPU):
         gpm_min_interval_s: float = 0.1,
         restore_clocks_on_close: bool = True,
     ) -> None:
+        if allow_clock_writes and nvml is None and os.environ.get(FORBID_CLOCK_WRITES_ENV):
+            # Defence in depth for shared or borrowed machines (and our own GPU test runs): with this variable set,
+            # no code path can open the real NVML with clock writes enabled, whatever its arguments.
+            raise ClockWriteNotAllowedError(
+                f"{FORBID_CLOCK_WRITES_ENV} is set: refusing to open GPU {index} with clock writes allowed"
+            )
         self._nvml = nvml if nvml is not None else _import_pynvml()
         self._allow_clock_writes = bool(allow_clock_writes)
         self._clock: Clock = clock if clock is not None else WallClock()

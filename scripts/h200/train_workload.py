@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Real PyTorch training loops on synthetic data, logging every iteration end (ground truth for detection).
+
+Adapted from the shared h200-probe workloads. Writes `t_s,phase,iteration` with wall-clock t_s (time.time()), the
+same time base as NVML's buffered samples and `gpoeo-rt trace record`. It never touches GPU settings.
+
+Usage: train_workload.py SPEC OUT_CSV SECONDS
+SPEC: kind[:batch[:stall_ms]] joined by '+' for a phase change halfway, e.g. resnet:512, gpt:16+mlp:65536.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+DEVICE = "cuda"
+
+
+def resnet(batch: int) -> Callable[[], None]:
+    import torchvision
+
+    model = torchvision.models.resnet50().to(DEVICE).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, 3, 224, 224, device=DEVICE).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device=DEVICE)
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def gpt(batch: int, d: int = 1024, layers: int = 12, seq: int = 1024) -> Callable[[], None]:
+    layer = nn.TransformerEncoderLayer(d, 16, 4 * d, batch_first=True, norm_first=True)
+    model = nn.Sequential(nn.Embedding(32000, d), nn.TransformerEncoder(layer, layers), nn.Linear(d, 32000)).to(DEVICE)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randint(0, 32000, (batch, seq), device=DEVICE)
+    mask = nn.Transformer.generate_square_subsequent_mask(seq, device=DEVICE)
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            h = model[1](model[0](x), mask=mask, is_causal=True)
+            logits = model[2](h)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), x.view(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def mlp(batch: int) -> Callable[[], None]:
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.LayerNorm(256), nn.GELU()) for _ in range(8)])
+    model = model.to(DEVICE)
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(batch, 256, device=DEVICE)
+
+    def step() -> None:
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+BUILDERS: dict[str, Callable[[int], Callable[[], None]]] = {"resnet": resnet, "gpt": gpt, "mlp": mlp}
+DEFAULT_BATCH = {"resnet": 128, "gpt": 16, "mlp": 65536}
+
+
+def main() -> None:
+    spec, out, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = True
+    phases = spec.split("+")
+    with open(out, "w") as log:
+        log.write("t_s,phase,iteration\n")
+        for phase, part in enumerate(phases):
+            fields = part.split(":")
+            kind = fields[0]
+            batch = int(fields[1]) if len(fields) > 1 else DEFAULT_BATCH[kind]
+            stall_s = float(fields[2]) / 1000 if len(fields) > 2 else 0.0
+            step = BUILDERS[kind](batch)
+            for _ in range(5):  # warm-up: cudnn autotuning, allocator growth
+                step()
+            torch.cuda.synchronize()
+            end = time.monotonic() + seconds / len(phases)
+            iteration = 0
+            while time.monotonic() < end:
+                step()
+                torch.cuda.synchronize()
+                if stall_s:
+                    time.sleep(stall_s)  # a host-side stall (data loading) inside the iteration
+                iteration += 1
+                log.write(f"{time.time():.6f},{phase},{iteration}\n")
+    print(f"{spec}: done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
