@@ -55,7 +55,7 @@ def evaluation_summary(metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def build_manifest(name: str, onnx_dir: Path, params: dict[str, Any]) -> dict[str, Any]:
+def build_manifest(name: str, params: dict[str, Any]) -> dict[str, Any]:
     schema = json.loads(Path("data/processed/feature_schema.json").read_text())
     info = json.loads(Path(f"data/models/{name}/train_info.json").read_text())
     metrics = json.loads(Path(f"metrics/{name}.json").read_text())
@@ -84,27 +84,36 @@ def build_manifest(name: str, onnx_dir: Path, params: dict[str, Any]) -> dict[st
         "boosting_rounds": {k: v["rounds"] for k, v in info["models"].items()},
         "pipeline_git_revision": git_revision(),
         "evaluation": evaluation_summary(metrics),
-        "sha256": {file_name: sha256_file(onnx_dir / file_name) for file_name in MODEL_FILES.values()},
     }
+
+
+def write_verified_bundle(target: Path, models: dict[str, bytes], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write a bundle directory (ONNX files + manifest with their sha256) atomically: it is staged beside `target`,
+    checked with the runtime's own `verify_bundle`, and only then moved into place. Returns the full manifest."""
+    manifest = {**manifest, "sha256": {}}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as tmp:
+        staging = Path(tmp) / target.name
+        staging.mkdir()
+        for model_name, file_name in MODEL_FILES.items():
+            (staging / file_name).write_bytes(models[model_name])
+            manifest["sha256"][file_name] = sha256_file(staging / file_name)
+        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
+        verify_bundle(staging)  # the runtime's own acceptance check
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    return manifest
 
 
 def main() -> None:
     name = sys.argv[1]
     params = load_section("bundle")
     onnx_dir = Path(f"data/onnx/{name}")
-    manifest = build_manifest(name, onnx_dir, params)
+    manifest = build_manifest(name, params)
+    models = {model_name: (onnx_dir / file_name).read_bytes() for model_name, file_name in MODEL_FILES.items()}
     target = Path(params["out_dir"]) / name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{name}-") as tmp:
-        staging = Path(tmp) / name
-        staging.mkdir()
-        for file_name in MODEL_FILES.values():
-            shutil.copyfile(onnx_dir / file_name, staging / file_name)
-        (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        verify_bundle(staging)  # the runtime's own acceptance check
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+    manifest = write_verified_bundle(target, models, manifest)
     n_features, n_clocks = len(manifest["feature_names"]), len(manifest["clock_table"])
     print(f"bundle {name}: {target} ({n_features} features, {n_clocks} clock pairs)")
 

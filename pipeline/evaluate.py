@@ -8,13 +8,16 @@ says is best (energy within 5% and 2% slowdown, and ED2P), look up its MEASURED 
 with the measured optimum. The physics baseline is scored the same way.
 
 Usage: python -m gpoeo_pipeline.evaluate <bundle-name>
-Outputs: metrics/<name>.json, data/eval/<name>/predictions.parquet, plots/<name>/*.png
+Outputs: metrics/<name>.json, data/eval/<name>/predictions.parquet, data/eval/<name>/folds/ (one verified bundle per
+fold, with index.json: held-out key -> fold), plots/<name>/*.png
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,12 @@ import numpy as np
 import pandas as pd
 
 from gpoeo_pipeline.baseline import PhysicsBaseline
-from gpoeo_pipeline.modeling import fit_target, grouped_folds, leave_one_group_out, predict_ratio
+from gpoeo_pipeline.bundle import clock_facts, write_verified_bundle
+from gpoeo_pipeline.export import booster_to_onnx, verify
+from gpoeo_pipeline.modeling import FittedModel, fit_target, grouped_folds, leave_one_group_out, predict_ratio
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.train import GENERIC, select_training_rows
+from gpoeo_rt.prediction.bundle import SCHEMA_VERSION
 from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
 
 PREDICTORS: dict[str, tuple[str, str]] = {
@@ -33,8 +39,15 @@ PREDICTORS: dict[str, tuple[str, str]] = {
 }
 
 
+FoldSink = Callable[[str, FittedModel, FittedModel, pd.DataFrame], None]
+
+
 def cross_validate(
-    frame: pd.DataFrame, inputs: list[str], folds: pd.Series, xgb_params: dict[str, Any]
+    frame: pd.DataFrame,
+    inputs: list[str],
+    folds: pd.Series,
+    xgb_params: dict[str, Any],
+    on_fold: FoldSink | None = None,
 ) -> pd.DataFrame:
     """Out-of-fold predictions for every row: each fold's models never saw the rows they predict (nor, since folds
     hold whole workloads, any other config of the same workload)."""
@@ -49,6 +62,8 @@ def cross_validate(
         power_model = fit_target(train_rows, inputs, "power_ratio", xgb_params)
         out.loc[test, "pred_time_ratio"] = predict_ratio(time_model, test_rows)
         out.loc[test, "pred_power_ratio"] = predict_ratio(power_model, test_rows)
+        if on_fold is not None:
+            on_fold(held_out, time_model, power_model, test_rows)
         base_time, base_power = PhysicsBaseline.fit(train_rows).predict(test_rows)
         out.loc[test, "base_time_ratio"] = base_time
         out.loc[test, "base_power_ratio"] = base_power
@@ -135,6 +150,46 @@ def summarize(predictions: pd.DataFrame, bounds: list[float]) -> dict[str, Any]:
     return report
 
 
+class FoldBundleWriter:
+    """Writes each cross-validation fold's models as a full bundle under `root/<fold>/`, plus `root/index.json`
+    mapping every held-out key (workload, or SKU for `generic`) to the fold whose models never saw it. Benchmarks
+    use these so that a model-guided policy is never tested on a workload its model was trained on."""
+
+    def __init__(self, root: Path, name: str, inputs: list[str], table: pd.DataFrame, key: str, opset: int) -> None:
+        self.root, self.name, self.inputs, self.table, self.key, self.opset = root, name, inputs, table, key, opset
+        self.index: dict[str, str] = {}
+        if root.exists():
+            shutil.rmtree(root)
+
+    def __call__(self, fold: str, time_model: FittedModel, power_model: FittedModel, test_rows: pd.DataFrame) -> None:
+        fold_dir = f"fold{len({*self.index.values()})}"
+        models = {}
+        x = test_rows[self.inputs].to_numpy(np.float32)
+        for model_name, fitted in (("time", time_model), ("power", power_model)):
+            booster = fitted.model.get_booster()
+            models[model_name] = booster_to_onnx(booster, len(self.inputs), self.opset)
+            verify(booster, models[model_name], x, 1e-4, f"{self.name}/{fold_dir}/{model_name}")
+        skus = sorted(test_rows["sku"].unique().tolist())
+        reference, clock_table = clock_facts(self.table, skus[0]) if len(skus) == 1 else (None, [])
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "name": f"{self.name}/{fold_dir}",
+            "nvml_names": [],  # never chosen for a GPU: these exist only for honest benchmarks
+            "feature_names": self.inputs,
+            "target_transform": "log",
+            "reference_clocks": reference,
+            "clock_table": clock_table,
+            "held_out": sorted(test_rows[self.key].unique().tolist()),
+        }
+        write_verified_bundle(self.root / fold_dir, models, manifest)
+        for key in manifest["held_out"]:
+            self.index[str(key)] = fold_dir
+
+    def write_index(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "index.json").write_text(json.dumps({"key": self.key, "folds": self.index}, indent=2) + "\n")
+
+
 def main() -> None:
     name = sys.argv[1]
     models_params = load_section("models")
@@ -147,16 +202,22 @@ def main() -> None:
     bounds = [float(b) for b in eval_params["bounds"]]
     report: dict[str, Any] = {"bundle": name}
     seed = int(xgb_params["seed"])
+    out_dir = Path(f"data/eval/{name}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fold_key = "sku" if name == GENERIC else "workload"
+    table = pd.read_parquet("data/processed/sweeps.parquet")
+    writer = FoldBundleWriter(out_dir / "folds", name, inputs, table, fold_key, int(load_section("export")["opset"]))
     if name == GENERIC:
         report["cv"] = "leave-one-sku-out"
-        predictions = cross_validate(frame, inputs, frame["sku"], xgb_params)
+        predictions = cross_validate(frame, inputs, frame["sku"], xgb_params, on_fold=writer)
         report["per_held_out_sku"] = {
             sku: summarize(rows, bounds) for sku, rows in predictions.groupby("sku", observed=True, sort=True)
         }
     else:
         n_folds = int(eval_params["workload_folds"])
         report["cv"] = f"grouped {n_folds}-fold by workload" if n_folds else "leave-one-workload-out"
-        predictions = cross_validate(frame, inputs, grouped_folds(frame["workload"], n_folds, seed), xgb_params)
+        folds = grouped_folds(frame["workload"], n_folds, seed)
+        predictions = cross_validate(frame, inputs, folds, xgb_params, on_fold=writer)
         # Stricter: hold out every input-size variant of a program at once (no sibling inputs in training).
         strict = cross_validate(frame, inputs, frame["group"], xgb_params)
         report["leave_one_program_out"] = summarize(strict, bounds)
@@ -164,8 +225,7 @@ def main() -> None:
     report["overall"] = summarize(predictions, bounds)
     Path("metrics").mkdir(exist_ok=True)
     Path(f"metrics/{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    out_dir = Path(f"data/eval/{name}")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    writer.write_index()
     predictions.to_parquet(out_dir / "predictions.parquet", index=False)
 
     from gpoeo_pipeline.plots import plot_pareto, plot_pred_vs_measured

@@ -89,6 +89,16 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
     assert metrics["folds"] == 8  # 4 programs x 2 variants
     assert 0 <= metrics["overall"]["xgboost"]["mape_time_pct"] < 50
     assert "leave_one_program_out" in metrics
+    # Leave-out fold bundles: every workload maps to a verified bundle whose models never saw it.
+    index = json.loads((workdir / "data/eval/sim-a/folds/index.json").read_text())
+    assert index["key"] == "workload"
+    assert len(index["folds"]) == 8
+    for workload, fold in index["folds"].items():
+        fold_manifest = verify_bundle(workdir / "data/eval/sim-a/folds" / fold)
+        assert workload in fold_manifest.raw["held_out"]
+        assert fold_manifest.nvml_names == ()
+    generic_index = json.loads((workdir / "data/eval/generic/folds/index.json").read_text())
+    assert set(generic_index["folds"]) == {"sim-a", "sim-b"}
     generic_metrics = json.loads((workdir / "metrics/generic.json").read_text())
     assert set(generic_metrics["per_held_out_sku"]) == {"sim-a", "sim-b"}
     for name in ("pred_vs_measured.png", "pareto.png"):
