@@ -53,29 +53,23 @@ def validation_groups(groups: np.ndarray, fraction: float, seed: int) -> np.ndar
 
 def early_stopping_rounds(frame: pd.DataFrame, inputs: list[str], y: np.ndarray, params: dict[str, Any]) -> int:
     """Boosting rounds chosen on held-out workload groups: the minimum of the validation loss averaged over
-    `early_stopping_splits` seeded group splits (one split's curve is too noisy with a few dozen programs), stopping
-    once it has not improved for `early_stopping_rounds` rounds."""
+    `early_stopping_splits` seeded group splits (one split's curve is too noisy with a few dozen programs). Each
+    split's probe stops once its own loss has not improved for `early_stopping_rounds` rounds; the curves are
+    averaged over the rounds they all reached."""
     groups = frame["group"].to_numpy()
     x = frame[inputs].to_numpy(np.float32)
+    patience = int(params["early_stopping_rounds"])
     curves = []
     for split in range(int(params["early_stopping_splits"])):
-        val = np.isin(
-            groups,
-            validation_groups(groups, float(params["validation_fraction"]), int(params["seed"]) + split),
-        )
+        held_out = validation_groups(groups, float(params["validation_fraction"]), int(params["seed"]) + split)
+        val = np.isin(groups, held_out)
         probe = _regressor(params, int(params["n_estimators"]))
-        probe.set_params(eval_metric="rmse")
+        probe.set_params(eval_metric="rmse", early_stopping_rounds=patience)
         probe.fit(x[~val], y[~val], eval_set=[(x[val], y[val])], verbose=False)
         curves.append(np.asarray(probe.evals_result()["validation_0"]["rmse"]))
-    mean_curve = np.mean(curves, axis=0)
-    patience = int(params["early_stopping_rounds"])
-    best = 0
-    for round_index in range(1, len(mean_curve)):
-        if mean_curve[round_index] < mean_curve[best]:
-            best = round_index
-        elif round_index - best >= patience:
-            break
-    return best + 1
+    reached = min(len(curve) for curve in curves)
+    mean_curve = np.mean([curve[:reached] for curve in curves], axis=0)
+    return int(np.argmin(mean_curve)) + 1
 
 
 def fit_target(frame: pd.DataFrame, inputs: list[str], target: str, params: dict[str, Any]) -> FittedModel:

@@ -38,7 +38,7 @@ PARAMS = {
         "n_jobs": 1,
         "seed": 0,
     },
-    "evaluate": {"workload_folds": 0, "bounds": [0.05, 0.02], "plot_workloads": 4},
+    "evaluate": {"workload_folds": 0, "program_folds": 0, "bounds": [0.05, 0.02], "plot_workloads": 4},
     "export": {"opset": 15, "max_rel_diff": 1.0e-4},
     "bundle": {"out_dir": "models", "nvml_names": {"sim-a": ["Sim GPU A"]}},
 }
@@ -88,7 +88,7 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
     assert metrics["cv"] == "leave-one-workload-out"
     assert metrics["folds"] == 8  # 4 programs x 2 variants
     assert 0 <= metrics["overall"]["xgboost"]["mape_time_pct"] < 50
-    assert "leave_one_program_out" in metrics
+    assert "program_holdout" in metrics
     # Leave-out fold bundles: every workload maps to a verified bundle whose models never saw it.
     index = json.loads((workdir / "data/eval/sim-a/folds/index.json").read_text())
     assert index["key"] == "workload"
