@@ -1,0 +1,33 @@
+"""Runtime controller: profile the job at reference clocks, predict the clock grid, search, hold, guard.
+
+`Controller.step()` advances one measurement window on the device's clock, so tests and the evaluation harness
+(`gpoeo_rt.controller.simulate`) run whole jobs in simulated time.
+"""
+
+from gpoeo_rt.controller.controller import (
+    Controller,
+    ControllerConfig,
+    ControllerStoppedError,
+    LogSink,
+    jsonl_sink,
+)
+from gpoeo_rt.controller.searchers import DescentSearch, PredictedPick, Search, expected_ratios
+from gpoeo_rt.controller.state import LOG_KEYS, Baseline, Decision, PhaseRecord, Policy, State
+
+__all__ = [
+    "LOG_KEYS",
+    "Baseline",
+    "Controller",
+    "ControllerConfig",
+    "ControllerStoppedError",
+    "Decision",
+    "DescentSearch",
+    "LogSink",
+    "PhaseRecord",
+    "Policy",
+    "PredictedPick",
+    "Search",
+    "State",
+    "expected_ratios",
+    "jsonl_sink",
+]

@@ -1,0 +1,843 @@
+"""The runtime controller: counters -> predictions -> search -> clocks, with a measured slowdown guard.
+
+One `step()` takes one measurement window on the device's own clock (simulated or real) and makes one decision,
+logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
+
+    PROFILING --two agreeing periods--> SEARCHING --converged--> HOLDING <--ok-- GUARDING
+        |   \\--phase seen before------------------------------>   |  \\--slowdown > bound--^   |
+        |--no period (x3): stay at reference, retry later          |--phase change--> PROFILING
+        |--no activity--> IDLE --activity--> PROFILING             |--no activity--> IDLE
+    any state --stop() or an exception in step()--> STOPPED (clocks reset)
+
+Measurements: the period (time per iteration) comes from the power samples (detection layer); mean power from
+the buffered samples over whole periods; energy per iteration = mean power x period. Every ratio is against the
+phase's own baseline at reference clocks (the device's default clocks, reached by resetting them).
+
+The controller talks only to the device interface (GPUReader + ClockController), the sampler, detection,
+prediction and search layers. It never reads a simulator's ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TextIO
+
+import numpy as np
+
+from gpoeo_rt.controller.searchers import DescentSearch, PredictedPick, Search, expected_ratios, unstaircase
+from gpoeo_rt.controller.state import Baseline, Decision, PhaseRecord, Policy, State
+from gpoeo_rt.detection import DetectorConfig, PeriodEstimate, Verdict, detect_period, has_changed, window_for_periods
+from gpoeo_rt.device.base import GPU
+from gpoeo_rt.features import FEATURE_NAMES
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.sampling import PowerWindow, Sampler
+from gpoeo_rt.search.objectives import Objective
+from gpoeo_rt.search.refine import RefineSearch
+
+LogSink = Callable[[dict[str, object]], None]
+Clocks = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Every tunable of the controller. Times are device-clock seconds."""
+
+    policy: Policy = Policy.HYBRID
+    objective: Objective = Objective.ENERGY
+    max_slowdown: float = 0.05  # against the phase's own baseline at reference clocks
+    # Measurement windows: a whole number of (expected) periods, at least min_window_s.
+    settle_s: float = 0.2  # after a clock change, wait this long (and at least one period) before measuring
+    first_window_s: float = 3.0  # the first profiling window, before the period is known
+    window_periods: int = 20
+    min_window_s: float = 2.0
+    max_window_s: float = 60.0
+    max_period_s: float = 10.0  # longer periods are treated as "no period" (GPOEO's aperiodic)
+    period_agreement: float = 0.02  # two profiling windows must agree this closely (harmonic locks are rare)
+    max_profile_failures: int = 3  # windows without a period before the aperiodic fallback
+    # Search.
+    max_probes: int = 6  # probes after the reference (RefineSearch); the descent baseline may take more
+    max_descent_probes: int = 12
+    # A probe is measured longer (up to max_probe_windows windows, analysed as one) when its time ratio is within
+    # near_bound of the bound (period error of one 2 s window: sd 0.25%, max 1%), or this far from what the
+    # calibrated model expects.
+    near_bound: float = 0.015
+    # A config with lower clocks whose iterations measure more than this much faster than the baseline is an
+    # alias (two sweeps have such rows, down to 0.72: measurement artefacts, which the simulator reproduces).
+    faster_tolerance: float = 0.08
+    plausible_deviation: float = 0.25
+    max_probe_windows: int = 3
+    # Guard: act when the measured slowdown exceeds the bound by more than this (period noise is ~0.2%).
+    guard_margin: float = 0.01
+    # Holding: re-check after check_interval_s, doubling while nothing changes, up to max_check_interval_s.
+    check_interval_s: float = 5.0
+    max_check_interval_s: float = 30.0
+    level_tolerance: float = 0.15  # has_changed: relative power level change that means a new phase
+    period_tolerance: float = 0.10
+    # Phase memory: a new baseline within these of a seen phase's is that phase again.
+    phase_period_tol: float = 0.03
+    phase_power_tol: float = 0.06
+    phase_counter_tol: float = 0.05
+    # Fallbacks.
+    fallback_retry_s: float = 60.0  # no resolvable period: stay at reference, re-profile this much later
+    idle_sm_active: float = 0.05  # feat_sm_active under this (when the GPU reports it): idle
+    idle_window_s: float = 1.0
+    idle_check_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_slowdown < 10.0:
+            raise ValueError(f"max_slowdown must be in [0, 10), got {self.max_slowdown}")
+        if self.window_periods < 10:
+            raise ValueError("window_periods must be >= 10 (period detection needs ~10 cycles)")
+        if self.min_window_s <= 0 or self.max_window_s < self.min_window_s:
+            raise ValueError("need 0 < min_window_s <= max_window_s")
+
+
+def _concat(windows: list[PowerWindow]) -> tuple[np.ndarray, np.ndarray]:
+    if len(windows) == 1:
+        return windows[0].t_s, windows[0].power_w
+    return np.concatenate([w.t_s for w in windows]), np.concatenate([w.power_w for w in windows])
+
+
+class ControllerStoppedError(RuntimeError):
+    """step() after stop() or after an error stopped the controller."""
+
+
+def jsonl_sink(stream: TextIO) -> LogSink:
+    """A decision-log sink that writes one JSON object per line (flushed, so a crash keeps what was decided)."""
+
+    def write(record: dict[str, object]) -> None:
+        stream.write(json.dumps(record, allow_nan=False) + "\n")
+        stream.flush()
+
+    return write
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One window at fixed clocks, reduced to what decisions use."""
+
+    window_s: float
+    period_s: float | None
+    power_w: float
+    estimate: PeriodEstimate
+
+
+class Controller:
+    """Chooses clocks for the job running on `device`, one `step()` at a time (see the module docstring).
+
+    `predictor` is required for the hybrid and prediction policies. `log` receives each decision as a dict with
+    the keys of LOG_KEYS. `decisions` keeps the last `keep_decisions` of them for inspection.
+    """
+
+    def __init__(
+        self,
+        device: GPU,
+        *,
+        predictor: Predictor | None = None,
+        config: ControllerConfig | None = None,
+        log: LogSink | None = None,
+        sampler: Sampler | None = None,
+        keep_decisions: int = 10_000,
+    ) -> None:
+        self.config = config or ControllerConfig()
+        if self.config.policy is not Policy.SEARCH and predictor is None:
+            raise ValueError(f"policy {self.config.policy.value!r} needs a predictor (a model bundle)")
+        self._device = device
+        self._predictor = predictor
+        self._sampler = sampler or Sampler(device)
+        self._log = log
+        self._keep = keep_decisions
+        self.decisions: list[Decision] = []
+        table = device.supported_clocks()
+        self.reference: Clocks = (table.default_sm_mhz, table.default_mem_mhz)
+        pairs = list(table.pairs())
+        self._grid = pairs
+        self._grid_sm = np.array([p[0] for p in pairs], dtype=np.float64)
+        self._grid_mem = np.array([p[1] for p in pairs], dtype=np.float64)
+        self._ref_index = pairs.index(self.reference)
+        self._table = table
+        # Clock state. None: not locked (the driver's default behaviour = the reference clocks).
+        self._locked: Clocks | None = None
+        self._settle_until_s = -math.inf
+        self.clock_changes: list[tuple[float, int, int, bool]] = []  # (t_s, sm, mem, locked)
+        self.prediction_cpu_s: list[float] = []  # CPU time of each grid prediction
+        # Phases.
+        self.phases: list[PhaseRecord] = []
+        self._phase: int | None = None
+        self._baseline: Baseline | None = None
+        self.state = State.PROFILING
+        self._start_profiling()
+        # Search.
+        self._search: Search | None = None
+        self._probe: int | None = None
+        self._probe_parts: list[PowerWindow] = []
+        self._probe_failures = 0
+        # Holding / guarding.
+        self._held: Clocks | None = None
+        self._held_ratios: tuple[float | None, float | None] = (None, None)
+        self._hold_ref: PeriodEstimate | None = None
+        self._hold_failures = 0
+        self._suspect_change = False
+        self._next_check_s = -math.inf
+        self._check_interval_s = self.config.check_interval_s
+        self._hold_window_s: float | None = None
+        self._fallback_reason: str | None = None
+        self._held_predicted_time_ratio: float | None = None
+        # The first step resets the clocks: a lock left behind by another process must not pose as the reference.
+        self._reset_pending = True
+
+    # --- public API -------------------------------------------------------------------------------------------
+
+    @property
+    def clocks(self) -> Clocks:
+        """Clocks in effect (after the settle delay): the locked pair, or the reference when not locked."""
+        return self._locked or self.reference
+
+    @property
+    def baseline(self) -> Baseline | None:
+        return self._baseline
+
+    def step(self) -> Decision:
+        """Take one measurement window and make one decision. Any exception resets the clocks, stops the
+        controller and is re-raised."""
+        if self.state is State.STOPPED:
+            raise ControllerStoppedError("the controller is stopped (clocks were reset)")
+        handlers: dict[State, Callable[[], Decision]] = {
+            State.PROFILING: self._step_profiling,
+            State.SEARCHING: self._step_searching,
+            State.HOLDING: self._step_holding,
+            State.GUARDING: self._step_guarding,
+            State.IDLE: self._step_idle,
+        }
+        try:
+            if self._reset_pending:
+                self._device.reset_clocks()
+                self._record_clock_change(None)
+                self._settle_until_s = self._now() + self.config.settle_s
+                self._reset_pending = False
+            return handlers[self.state]()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def run(self, until_s: float) -> None:
+        """Step until the device clock reaches until_s (the last window may end a little after it)."""
+        while self.state is not State.STOPPED and self._device.now_s() < until_s:
+            self.step()
+
+    def stop(self, reason: str = "stopped by the caller") -> Decision | None:
+        """Reset the clocks and stop. Idempotent (None when already stopped)."""
+        if self.state is State.STOPPED:
+            return None
+        self._device.reset_clocks()
+        self._record_clock_change(None)
+        return self._decide("stop", State.STOPPED, reason)
+
+    def __enter__(self) -> Controller:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop("controller closed")
+
+    # --- plumbing ---------------------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return self._device.now_s()
+
+    def _decide(self, event: str, next_state: State, reason: str, **fields: Any) -> Decision:
+        sm, mem = self.clocks
+        decision = Decision(
+            t_s=self._now(),
+            state=self.state,
+            next_state=next_state,
+            event=event,
+            sm_clock_mhz=sm,
+            mem_clock_mhz=mem,
+            locked=self._locked is not None,
+            reason=reason,
+            phase=self._phase,
+            **fields,
+        )
+        self.state = next_state
+        self.decisions.append(decision)
+        if len(self.decisions) > self._keep:
+            del self.decisions[: len(self.decisions) - self._keep]
+        if self._log is not None:
+            self._log(decision.to_dict())
+        return decision
+
+    def _fail(self, exc: BaseException) -> None:
+        """Reset the clocks whatever went wrong, log it, stop."""
+        reset_error = ""
+        try:
+            self._device.reset_clocks()
+            self._record_clock_change(None)
+        except Exception as reset_exc:  # the GPU may be gone: still log and stop
+            reset_error = f"; resetting the clocks failed too: {type(reset_exc).__name__}: {reset_exc}"
+        try:
+            self._decide("error", State.STOPPED, f"{type(exc).__name__}: {exc}{reset_error}")
+        except Exception:
+            self.state = State.STOPPED  # a broken log sink must not hide the original exception
+
+    def _record_clock_change(self, clocks: Clocks | None) -> None:
+        self._locked = clocks
+        sm, mem = clocks or self.reference
+        self.clock_changes.append((self._now(), sm, mem, clocks is not None))
+
+    def _set_clocks(self, clocks: Clocks | None) -> bool:
+        """Lock a pair (None or the reference: reset to the default behaviour). True when something changed."""
+        if clocks == self.reference:
+            clocks = None
+        if clocks == self._locked:
+            return False
+        if clocks is None:
+            self._device.reset_clocks()
+        else:
+            self._device.lock_clocks(*clocks)
+        self._record_clock_change(clocks)
+        period = self._baseline.period_s if self._baseline else 0.0
+        self._settle_until_s = self._now() + max(self.config.settle_s, period)
+        return True
+
+    def _sleep_until(self, t_s: float) -> None:
+        dt = t_s - self._now()
+        if dt > 0:
+            self._device.clock.sleep(dt)
+
+    def _measure(self, window_s: float) -> PowerWindow:
+        """A window at settled clocks."""
+        self._sleep_until(self._settle_until_s)
+        return self._sampler.collect(window_s)
+
+    def _window_for(self, period_s: float) -> float:
+        cfg = self.config
+        return window_for_periods(
+            period_s, cfg.window_periods, min_window_s=cfg.min_window_s, max_window_s=cfg.max_window_s
+        )
+
+    @staticmethod
+    def _power(window: PowerWindow) -> float:
+        # Buffered samples cover the window exactly; the 10 Hz energy counter is off by up to a refresh at each
+        # edge (2% of a 10 s window), so it is the fallback for devices without buffered samples.
+        return window.mean_power_w if len(window.power_w) >= 10 else window.counter_power_w
+
+    def _reduce(self, window: PowerWindow, estimate: PeriodEstimate) -> _Measured:
+        return _Measured(window.duration_s, estimate.period_s, self._power(window), estimate)
+
+    def _is_idle(self, window: PowerWindow) -> bool:
+        sm_active = window.counters.features.get("feat_sm_active", math.nan)
+        return math.isfinite(sm_active) and sm_active < self.config.idle_sm_active
+
+    def _period_bounds(self, index: int) -> tuple[float, float]:
+        """Periods a config can plausibly have given the baseline: time scales at most like the clock ratios
+        (with generous margins: measured sweeps show up to 2x that, and 0.8x). Excludes the 1/2 and 1/3
+        harmonics that period detection occasionally locks onto."""
+        assert self._baseline is not None
+        sm, mem = self._grid_sm[index], self._grid_mem[index]
+        ratios = (self.reference[0] / sm, self.reference[1] / mem)
+        lo = 0.6 * self._baseline.period_s * min(1.0, *ratios)
+        hi = 3.0 * self._baseline.period_s * max(1.0, *ratios)
+        return lo, min(hi, self.config.max_period_s)
+
+    def _index_of(self, clocks: Clocks | None) -> int:
+        return self._ref_index if clocks is None else self._grid.index(clocks)
+
+    # --- PROFILING ---------------------------------------------------------------------------------------------
+
+    def _start_profiling(self) -> None:
+        self._prof_prev: tuple[_Measured, PowerWindow] | None = None
+        self._prof_window_s = self.config.first_window_s
+        self._prof_failures = 0
+        self._prof_counters: list[dict[str, float]] = []
+
+    def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
+        self._set_clocks(None)
+        self._start_profiling()
+        self._phase = None
+        return self._decide(event, State.PROFILING, reason, **fields)
+
+    def _step_profiling(self) -> Decision:
+        cfg = self.config
+        self._set_clocks(None)
+        window = self._measure(self._prof_window_s)
+        est = detect_period(window.t_s, window.power_w, max_period_s=cfg.max_period_s)
+        m = self._reduce(window, est)
+        info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w}
+        if not est.ok and self._is_idle(window):
+            return self._enter_idle(f"no GPU activity (feat_sm_active < {cfg.idle_sm_active}) while profiling", info)
+        if est.ok and est.period_s is not None:
+            prev = self._prof_prev
+            counters = dict(window.counters.features)
+            if prev is not None and prev[0].period_s is not None:
+                gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
+                if gap <= cfg.period_agreement:
+                    return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
+            self._prof_prev = (m, window)
+            self._prof_counters = [counters]
+            self._prof_window_s = self._window_for(est.period_s)
+            return self._decide(
+                "period_candidate",
+                State.PROFILING,
+                f"period {est.period_s * 1e3:.2f} ms; waiting for a second window that agrees within "
+                f"{cfg.period_agreement * 100:.0f}%",
+                **info,
+            )
+        self._prof_prev = None
+        self._prof_failures += 1
+        if self._prof_failures >= cfg.max_profile_failures:
+            return self._enter_fallback(f"{est.verdict.value}: {est.message}", info)
+        if est.verdict is Verdict.INSUFFICIENT_DATA and self._prof_window_s < cfg.max_window_s:
+            suggested = est.suggested_window_s or 2.0 * self._prof_window_s
+            self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
+            return self._decide("longer_window", State.PROFILING, est.message, **info)
+        return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
+
+    def _on_baseline(
+        self,
+        first: tuple[_Measured, PowerWindow],
+        second: tuple[_Measured, PowerWindow],
+        counters: list[dict[str, float]],
+        info: dict[str, Any],
+    ) -> Decision:
+        """Two agreeing windows at reference clocks: the baseline. A phase seen before goes straight to its
+        config; a new one is searched."""
+        (m1, w1), (m2, w2) = first, second
+        assert m1.period_s is not None and m2.period_s is not None
+        weights = (m1.window_s, m2.window_s)
+        period = float(np.average([m1.period_s, m2.period_s], weights=weights))
+        # Both windows as one, for precision (every ratio is relative to this period). The two already agree, so
+        # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
+        t_s, power_w = _concat([w1, w2])
+        joint = detect_period(t_s, power_w, min_period_s=0.9 * period, max_period_s=1.1 * period)
+        if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self.config.period_agreement:
+            period = joint.period_s
+        power = (
+            float(np.mean(power_w))
+            if len(power_w) >= 10
+            else float(np.average([m1.power_w, m2.power_w], weights=weights))
+        )
+        info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power}
+        mean_counters = {
+            name: float(np.nanmean(vals))
+            if np.isfinite(vals := np.array([c.get(name, math.nan) for c in counters])).any()
+            else math.nan
+            for name in FEATURE_NAMES
+        }
+        baseline = Baseline(period, power, mean_counters)
+        self._baseline = baseline
+        cfg = self.config
+        for record in self.phases:
+            if record.matches(
+                baseline,
+                period_tol=cfg.phase_period_tol,
+                power_tol=cfg.phase_power_tol,
+                counter_tol=cfg.phase_counter_tol,
+            ):
+                self._phase = record.index
+                # Keep the fresh baseline (power drifts as the GPU warms) but the config found before.
+                self.phases[record.index] = replace(record, baseline=baseline)
+                return self._enter_hold(
+                    record.clocks,
+                    (record.measured_time_ratio, record.measured_energy_ratio),
+                    "known_phase",
+                    f"phase {record.index} seen before (period {period * 1e3:.2f} ms, {power:.0f} W at reference): "
+                    "re-using its config without a search",
+                    info,
+                )
+        self._phase = len(self.phases)
+        self.phases.append(PhaseRecord(self._phase, baseline, None, 1.0, 1.0))
+        self._search = self._make_search(baseline)
+        self._probe = None
+        return self._decide(
+            "baseline",
+            State.SEARCHING,
+            f"baseline: period {period * 1e3:.2f} ms, {power:.1f} W, {power * period:.3f} J per iteration at "
+            f"reference clocks; searching ({self.config.policy.value})",
+            **info,
+            measured_time_ratio=1.0,
+            measured_energy_ratio=1.0,
+        )
+
+    def _enter_fallback(self, why: str, info: dict[str, Any]) -> Decision:
+        """No trustworthy period: the documented policy is to stay at reference clocks (no slowdown can be
+        measured, so none may be risked) and to try profiling again after fallback_retry_s."""
+        self._set_clocks(None)
+        self._held = None
+        self._search = None
+        self._probe = None
+        self._fallback_reason = why
+        self._next_check_s = self._now() + self.config.fallback_retry_s
+        return self._decide(
+            "fallback_reference",
+            State.HOLDING,
+            f"no trustworthy period ({why}); policy: stay at reference clocks, re-profile in "
+            f"{self.config.fallback_retry_s:g} s",
+            **info,
+        )
+
+    # --- SEARCHING ---------------------------------------------------------------------------------------------
+
+    def _make_search(self, baseline: Baseline) -> Search:
+        cfg = self.config
+        if cfg.policy is Policy.SEARCH:
+            search: Search = DescentSearch(
+                self._grid_sm, self._grid_mem, cfg.objective, cfg.max_slowdown, max_probes=cfg.max_descent_probes
+            )
+        else:
+            assert self._predictor is not None
+            t0 = time.process_time()
+            pred = self._predictor.predict_grid(
+                baseline.counters, self._grid_sm, self._grid_mem, float(self.reference[0]), float(self.reference[1])
+            )
+            self.prediction_cpu_s.append(time.process_time() - t0)
+            time_ratio = unstaircase(self._grid_sm, self._grid_mem, pred.time_ratio)
+            power_ratio = unstaircase(self._grid_sm, self._grid_mem, pred.power_ratio)
+            # Ratios are to the reference, where the truth is 1 by definition: the model's own value there is a
+            # bias shared by every config, so it is divided out.
+            time_ratio = time_ratio / time_ratio[self._ref_index]
+            energy_ratio = time_ratio * power_ratio / power_ratio[self._ref_index]
+            if cfg.policy is Policy.PREDICTION:
+                search = PredictedPick(time_ratio, energy_ratio, cfg.objective, cfg.max_slowdown)
+            else:
+                search = RefineSearch(
+                    self._grid_sm,
+                    self._grid_mem,
+                    time_ratio,
+                    energy_ratio,
+                    cfg.objective,
+                    cfg.max_slowdown,
+                    max_probes=cfg.max_probes,
+                )
+        search.record(self._ref_index, 1.0, 1.0)  # the baseline is the reference probe
+        return search
+
+    def _step_searching(self) -> Decision:
+        assert self._search is not None and self._baseline is not None
+        search, baseline, cfg = self._search, self._baseline, self.config
+        if self._probe is None:
+            index = search.next_probe()
+            if index is None:
+                return self._converge("converged", "the search has converged")
+            self._probe = index
+            self._probe_parts = []
+            self._probe_failures = 0
+            self._set_clocks(self._grid[index])
+        index = self._probe
+        exp_time, exp_energy = expected_ratios(search, index)
+        lo, hi = self._period_bounds(index)
+        expected_period = min(max(baseline.period_s * (exp_time or 1.0), lo), hi)
+        window = self._measure(self._window_for(expected_period))
+        # Consecutive windows at one config are analysed as one longer window (period error falls ~ T^-1.5).
+        parts = [*self._probe_parts, window]
+        t_s, power_w = _concat(parts)
+        est = detect_period(t_s, power_w, min_period_s=lo, max_period_s=hi)
+        span_s = sum(w.duration_s for w in parts)
+        power = float(np.mean(power_w)) if len(power_w) >= 10 else float(np.mean([self._power(w) for w in parts]))
+        info: dict[str, Any] = {
+            "window_s": span_s,
+            "period_s": est.period_s,
+            "power_w": power,
+            "predicted_time_ratio": exp_time,
+            "predicted_energy_ratio": exp_energy,
+        }
+        if est.period_s is None:
+            self._probe_failures += 1
+            self._probe_parts = []  # start afresh: what failed may be a transient
+            if self._probe_failures >= cfg.max_probe_windows:
+                return self._converge(
+                    "probe_failed",
+                    f"no period at {self._grid[index]} MHz ({est.message}): "
+                    "ending the search on the best measured config",
+                    info,
+                )
+            return self._decide("probe_retry", State.SEARCHING, f"no period: {est.message}", **info)
+        time_ratio = baseline.time_ratio(est.period_s)
+        energy_ratio = baseline.energy_ratio(est.period_s, power)
+        info.update(measured_time_ratio=time_ratio, measured_energy_ratio=energy_ratio)
+        # Lower clocks cannot make iterations much faster: a period that says so is an alias of iterations
+        # faster than the sampling resolves (a 12 ms iteration sampled every 20 ms repeats every 60 ms, and that
+        # pattern moves erratically with the clock). Confirm once, then trust no period of this phase.
+        slower_clocks = self._grid_sm[index] <= self.reference[0] and self._grid_mem[index] <= self.reference[1]
+        implausible = slower_clocks and time_ratio < 1.0 - cfg.faster_tolerance
+        if implausible and len(parts) >= cfg.max_probe_windows:
+            self._update_phase(None, (None, None))
+            return self._enter_fallback(
+                f"at {self._grid[index]} MHz the period says iterations run {(1 - time_ratio) * 100:.0f}% faster "
+                "than at reference clocks, which lower clocks cannot do: the periods are likely aliases of "
+                "iterations faster than the power sampling resolves",
+                info,
+            )
+        # Measure longer when the decision hinges on this probe: its slowdown is near the bound, or it is far
+        # from what the calibrated model expects (a surprise, or a rare wrong period lock).
+        near_bound = cfg.objective is Objective.ENERGY and abs(time_ratio - 1.0 - cfg.max_slowdown) < cfg.near_bound
+        surprise = exp_time is not None and abs(time_ratio / exp_time - 1.0) > cfg.plausible_deviation
+        if (near_bound or surprise or implausible) and len(parts) < cfg.max_probe_windows:
+            self._probe_parts = parts
+            why = (
+                "implausibly fast"
+                if implausible
+                else "near the slowdown bound"
+                if near_bound
+                else f"far from the expected {exp_time:.3f}"
+            )
+            return self._decide(
+                "probe_extend",
+                State.SEARCHING,
+                f"time ratio {time_ratio:.4f} is {why}: measuring longer",
+                **info,
+            )
+        search.record(index, time_ratio, energy_ratio)
+        self._probe = None
+        self._probe_parts = []
+        return self._decide(
+            "probe",
+            State.SEARCHING,
+            f"probe {len(self._search_probes()) - 1} at {self._grid[index]} MHz",
+            **info,
+        )
+
+    def _search_probes(self) -> list[int]:
+        search = self._search
+        if isinstance(search, RefineSearch):
+            return [p.index for p in search.probes]
+        if isinstance(search, DescentSearch):
+            return list(search._measured)
+        return []
+
+    def _measured_ratios(self, index: int) -> tuple[float | None, float | None]:
+        search = self._search
+        if isinstance(search, RefineSearch):
+            for p in search.probes:
+                if p.index == index:
+                    return p.time_ratio, p.energy_ratio
+        if isinstance(search, DescentSearch) and index in search._measured:
+            return search._measured[index]
+        return None, None
+
+    def _converge(self, event: str, reason: str, info: dict[str, Any] | None = None) -> Decision:
+        assert self._search is not None
+        best = self._search.best()
+        clocks = None if best == self._ref_index else self._grid[best]
+        measured = self._measured_ratios(best)
+        exp_time, exp_energy = expected_ratios(self._search, best)
+        self._update_phase(clocks, measured)
+        fields = dict(info or {})
+        fields.update(predicted_time_ratio=exp_time, predicted_energy_ratio=exp_energy)
+        self._search = None
+        self._probe = None
+        what = "measured" if measured[0] is not None else "predicted, not measured"
+        return self._enter_hold(
+            clocks, measured, event, f"{reason}: holding {self._grid[best]} MHz ({what})", fields, exp_time
+        )
+
+    def _update_phase(self, clocks: Clocks | None, measured: tuple[float | None, float | None]) -> None:
+        if self._phase is not None:
+            self.phases[self._phase] = replace(
+                self.phases[self._phase],
+                clocks=clocks,
+                measured_time_ratio=measured[0],
+                measured_energy_ratio=measured[1],
+            )
+
+    # --- HOLDING / GUARDING ------------------------------------------------------------------------------------
+
+    def _enter_hold(
+        self,
+        clocks: Clocks | None,
+        measured: tuple[float | None, float | None],
+        event: str,
+        reason: str,
+        info: dict[str, Any],
+        predicted_time_ratio: float | None = None,
+    ) -> Decision:
+        self._set_clocks(clocks)
+        self._held = clocks
+        self._held_ratios = measured
+        self._held_predicted_time_ratio = predicted_time_ratio  # sizes the windows when nothing was measured
+        self._hold_ref = None  # the phase-change reference must be taken at the held clocks
+        self._hold_failures = 0
+        self._suspect_change = False
+        self._hold_window_s = None
+        self._fallback_reason = None
+        self._check_interval_s = self.config.check_interval_s
+        self._next_check_s = self._now()  # first check as soon as the clocks settle
+        fields = dict(info)
+        fields.setdefault("measured_time_ratio", measured[0])
+        fields.setdefault("measured_energy_ratio", measured[1])
+        return self._decide(event, State.HOLDING, reason, **fields)
+
+    def _expected_held_period(self) -> float:
+        assert self._baseline is not None
+        index = self._index_of(self._held)
+        if self._hold_ref is not None and self._hold_ref.period_s is not None:
+            return self._hold_ref.period_s
+        time_ratio = self._held_ratios[0] or self._held_predicted_time_ratio or 1.0
+        lo, hi = self._period_bounds(index)
+        return min(max(self._baseline.period_s * time_ratio, lo), hi)
+
+    def _step_holding(self) -> Decision:
+        cfg = self.config
+        self._sleep_until(self._next_check_s)
+        if self._fallback_reason is not None:
+            return self._reprofile("retry_profile", f"re-profiling after the fallback ({self._fallback_reason})")
+        assert self._baseline is not None
+        expected = self._expected_held_period()
+        window = self._measure(self._hold_window_s or self._window_for(expected))
+        self._hold_window_s = None
+        detector = DetectorConfig(min_period_s=0.55 * expected, max_period_s=cfg.max_period_s)
+        if self._hold_ref is None:
+            est = detect_period(window.t_s, window.power_w, config=detector)
+            changed, why = False, ""
+        else:
+            verdict = has_changed(
+                self._hold_ref,
+                window.t_s,
+                window.power_w,
+                level_tolerance=cfg.level_tolerance,
+                period_tolerance=cfg.period_tolerance,
+                config=detector,
+            )
+            est, changed, why = verdict.estimate, verdict.changed, verdict.reason
+        m = self._reduce(window, est)
+        info: dict[str, Any] = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w}
+        if m.period_s is not None:
+            info["measured_time_ratio"] = self._baseline.time_ratio(m.period_s)
+            info["measured_energy_ratio"] = self._baseline.energy_ratio(m.period_s, m.power_w)
+        if self._is_idle(window):
+            return self._enter_idle("no GPU activity while holding", info)
+        if est.verdict is Verdict.INSUFFICIENT_DATA and est.suggested_window_s:
+            changed, why = True, f"a longer period than expected may be present: {est.message}"
+            self._hold_window_s = min(cfg.max_window_s, est.suggested_window_s)
+        if self._hold_ref is None and m.period_s is None:
+            self._hold_failures += 1
+            changed, why = self._hold_failures >= 2, f"no period at the held clocks: {est.message}"
+            if not changed:
+                self._next_check_s = self._now()
+                return self._decide("hold_retry", State.HOLDING, why, **info)
+        if changed:
+            if self._suspect_change or self._hold_ref is None:
+                return self._reprofile("phase_change", f"phase change ({why}): back to reference to re-profile", **info)
+            # One window can mislead (a harmonic lock, a transient): confirm with the next one, right away.
+            self._suspect_change = True
+            self._next_check_s = self._now()
+            return self._decide("change_suspected", State.HOLDING, f"{why}; confirming", **info)
+        self._suspect_change = False
+        if self._hold_ref is None:
+            self._hold_ref = est
+        assert m.period_s is not None
+        time_ratio = self._baseline.time_ratio(m.period_s)
+        limit = self._time_limit()
+        if cfg.policy is not Policy.PREDICTION and time_ratio > limit + cfg.guard_margin:
+            return self._guard_step(time_ratio, limit, info)
+        self._next_check_s = self._now() + self._check_interval_s
+        reason = (
+            f"slowdown {(time_ratio - 1) * 100:.1f}% (limit {(limit - 1) * 100:.1f}%); "
+            f"next check in {self._check_interval_s:g} s"
+        )
+        self._check_interval_s = min(2.0 * self._check_interval_s, cfg.max_check_interval_s)
+        return self._decide("hold", State.HOLDING, reason, **info)
+
+    def _time_limit(self) -> float:
+        """The time ratio the guard holds the job to: 1 + max_slowdown for the energy objective. edp and ed2p
+        have no bound: there the limit is the time ratio the search accepted at the held config (one window, so
+        with one more margin of slack), so the guard reacts when the job gets slower than what was chosen."""
+        if self.config.objective is Objective.ENERGY:
+            return 1.0 + self.config.max_slowdown
+        held = self._held_ratios[0]
+        return held * (1.0 + self.config.guard_margin) if held else math.inf
+
+    def _step_up(self, clocks: Clocks | None, time_ratio: float, limit: float) -> Clocks | None:
+        """Toward the reference: raise the SM clock at this memory clock by the factor that would just remove
+        the excess slowdown if the job were fully SM-bound (time_ratio / limit), at least one step.
+        A partly SM-bound job needs more, so this never overshoots (and the guard repeats if needed). At the top
+        SM clock, the next higher memory clock; then the reference itself."""
+        if clocks is None:
+            return None
+        sm, mem = clocks
+        ref_sm, ref_mem = self.reference
+        if sm < ref_sm:
+            need_mhz = sm * time_ratio / limit
+            higher = [s for s in self._table.sm_clocks_mhz(mem) if s > sm]
+            if higher:
+                enough = [s for s in higher if s >= need_mhz - 1e-9]
+                return (enough[0] if enough else higher[-1], mem)
+        if mem < ref_mem:
+            mems = [m for m in self._table.mem_clocks_mhz if m > mem and self._table.contains(sm, m)]
+            if mems:
+                return (sm, mems[0])
+        return None
+
+    def _guard_step(self, time_ratio: float, limit: float, info: dict[str, Any]) -> Decision:
+        slowdown = time_ratio - 1.0
+        if self._held is None:
+            # At reference and still "slower" than the baseline: the baseline is stale (the job changed subtly).
+            return self._reprofile(
+                "baseline_stale", f"slowdown {slowdown * 100:.1f}% at reference clocks: re-profiling", **info
+            )
+        target = self._step_up(self._held, time_ratio, limit)
+        self._set_clocks(target)
+        self._held = target
+        self._held_ratios = (None, None)
+        self._hold_ref = None
+        return self._decide(
+            "guard_step_up",
+            State.GUARDING,
+            f"measured slowdown {slowdown * 100:.1f}% > limit {(limit - 1) * 100:.1f}% + margin: "
+            f"stepping toward reference, to {self.clocks} MHz",
+            **info,
+        )
+
+    def _step_guarding(self) -> Decision:
+        cfg = self.config
+        assert self._baseline is not None
+        index = self._index_of(self._held)
+        lo, hi = self._period_bounds(index)
+        expected = min(max(self._baseline.period_s * (1.0 + cfg.max_slowdown), lo), hi)
+        window = self._measure(self._window_for(expected))
+        est = detect_period(window.t_s, window.power_w, min_period_s=lo, max_period_s=hi)
+        m = self._reduce(window, est)
+        info: dict[str, Any] = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w}
+        if m.period_s is None:
+            self._hold_failures += 1
+            if self._hold_failures >= 2:
+                return self._reprofile(
+                    "phase_change", f"no period while guarding ({est.message}): re-profiling", **info
+                )
+            return self._decide("guard_retry", State.GUARDING, f"no period: {est.message}", **info)
+        time_ratio = self._baseline.time_ratio(m.period_s)
+        energy_ratio = self._baseline.energy_ratio(m.period_s, m.power_w)
+        info.update(measured_time_ratio=time_ratio, measured_energy_ratio=energy_ratio)
+        limit = self._time_limit()
+        if time_ratio > limit + cfg.guard_margin:
+            return self._guard_step(time_ratio, limit, info)
+        self._update_phase(self._held, (time_ratio, energy_ratio))
+        self._held_ratios = (time_ratio, energy_ratio)
+        self._hold_ref = est
+        self._hold_failures = 0
+        self._check_interval_s = cfg.check_interval_s
+        self._next_check_s = self._now() + self._check_interval_s
+        return self._decide(
+            "guard_ok", State.HOLDING, f"slowdown {(time_ratio - 1) * 100:.1f}% is within the limit again", **info
+        )
+
+    # --- IDLE ----------------------------------------------------------------------------------------------------
+
+    def _enter_idle(self, reason: str, info: dict[str, Any]) -> Decision:
+        self._set_clocks(None)
+        self._held = None
+        self._phase = None
+        self._next_check_s = self._now() + self.config.idle_check_interval_s
+        return self._decide("idle", State.IDLE, f"{reason}: default clocks", **info)
+
+    def _step_idle(self) -> Decision:
+        self._sleep_until(self._next_check_s)
+        window = self._measure(self.config.idle_window_s)
+        info = {"window_s": window.duration_s, "power_w": self._power(window)}
+        if self._is_idle(window):
+            self._next_check_s = self._now() + self.config.idle_check_interval_s
+            return self._decide("idle", State.IDLE, "still idle", **info)
+        return self._reprofile("activity", "GPU activity: profiling", **info)

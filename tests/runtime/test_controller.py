@@ -1,0 +1,380 @@
+"""The runtime controller end to end, in simulated time: state machine, clocks, guard, phases, fallbacks, log."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xgboost as xgb
+
+from gpoeo_pipeline.export import booster_to_onnx
+from gpoeo_rt.controller import (
+    LOG_KEYS,
+    Controller,
+    ControllerConfig,
+    ControllerStoppedError,
+    DescentSearch,
+    Policy,
+    State,
+    jsonl_sink,
+)
+from gpoeo_rt.controller.searchers import unstaircase
+from gpoeo_rt.device import AnalyticWorkload, SimulatedGPU, h200_spec, preset_workload
+from gpoeo_rt.prediction.bundle import sha256_file, verify_bundle
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.sampling import PowerWindow, Sampler
+from gpoeo_rt.search.objectives import Objective
+from tests.bundles import write_bundle
+
+SPEC = h200_spec()
+DEFAULT = (SPEC.clock_table.default_sm_mhz, SPEC.clock_table.default_mem_mhz)
+
+
+@pytest.fixture(scope="module")
+def predictor(tmp_path_factory: pytest.TempPathFactory) -> Predictor:
+    """The small real bundle of the runtime tests (time falls, power rises with the SM clock)."""
+    return Predictor(verify_bundle(write_bundle(tmp_path_factory.mktemp("bundle") / "b")))
+
+
+def _optimistic_bundle(directory: Path) -> Path:
+    """A wildly optimistic model: clocks cost no time at all, and power falls steeply with them."""
+    features = ("feat_sm_active", "feat_dram_active", "sm_ratio", "mem_ratio")
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.2, 1.0, size=(400, len(features))).astype(np.float32)
+    targets = {"time": np.ones(len(x)), "power": 0.2 + 0.8 * x[:, 2] ** 2}
+    directory.mkdir(parents=True)
+    for name, y in targets.items():
+        booster = xgb.train(
+            {"max_depth": 3, "eta": 0.3, "seed": 0, "nthread": 1},
+            xgb.DMatrix(x, label=np.log(y)),
+            num_boost_round=40,
+        )
+        (directory / f"{name}.onnx").write_bytes(booster_to_onnx(booster, len(features), opset=15))
+    manifest = {
+        "schema_version": 1,
+        "name": "optimistic",
+        "nvml_names": [],
+        "feature_names": list(features),
+        "target_transform": "log",
+        "reference_clocks": None,
+        "clock_table": [],
+        "sha256": {f: sha256_file(directory / f) for f in ("time.onnx", "power.onnx")},
+    }
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def optimistic(tmp_path_factory: pytest.TempPathFactory) -> Predictor:
+    return Predictor(verify_bundle(_optimistic_bundle(tmp_path_factory.mktemp("optimistic") / "b")))
+
+
+def _gpu(workload: object, seed: int = 0) -> SimulatedGPU:
+    schedule = workload if isinstance(workload, list) else preset_workload(str(workload))
+    return SimulatedGPU(schedule, seed=seed, allow_clock_writes=True)  # type: ignore[arg-type]
+
+
+def _truth_ratios(name: str, run: SimulatedGPU, seed: int) -> tuple[float, float]:
+    """(slowdown, energy saving) of a finished run against the same job at default clocks (same seed)."""
+    default = _gpu(name, seed)
+    default.clock.advance(run.now_s())
+    n, e = run.truth.iterations_completed, run.truth.energy_j()
+    n0, e0 = default.truth.iterations_completed, default.truth.energy_j()
+    return n0 / n - 1.0, 1.0 - (e / n) / (e0 / n0)
+
+
+def _events(controller: Controller) -> list[str]:
+    return [d.event for d in controller.decisions]
+
+
+# --- the main path -------------------------------------------------------------------------------------------
+
+
+def test_profile_search_hold_saves_energy_within_the_bound(predictor: Predictor) -> None:
+    gpu = _gpu("membound", seed=3)
+    log: list[dict[str, object]] = []
+    controller = Controller(gpu, predictor=predictor, log=log.append)
+    states = []
+    while gpu.now_s() < 600:
+        states.append(controller.step().next_state)
+    controller.stop()
+    # PROFILING -> SEARCHING -> HOLDING, and it stays there.
+    first = {s: states.index(s) for s in (State.PROFILING, State.SEARCHING, State.HOLDING)}
+    assert first[State.PROFILING] < first[State.SEARCHING] < first[State.HOLDING]
+    assert all(s is State.HOLDING for s in states[first[State.HOLDING] :])
+    converged = next(d for d in controller.decisions if d.event == "converged")
+    assert converged.t_s < 60.0  # converged within a minute of job time (80 ms iterations)
+    assert (converged.sm_clock_mhz, converged.mem_clock_mhz) != DEFAULT and converged.locked
+    assert all(c[0] <= converged.t_s for c in controller.clock_changes[:-1])  # nothing moved until the stop
+    slowdown, saving = _truth_ratios("membound", gpu, seed=3)
+    assert slowdown <= 0.05 + 0.005
+    assert saving > 0.08
+    assert controller.prediction_cpu_s and max(controller.prediction_cpu_s) < 0.5
+    # Everything the controller chose was measured; the baseline is a whole number of windows at reference.
+    assert controller.baseline is not None and controller.baseline.period_s == pytest.approx(0.08, rel=0.01)
+    assert log[-1]["event"] == "stop" and log[-1]["locked"] is False
+
+
+def test_stop_resets_the_clocks_and_refuses_further_steps(predictor: Predictor) -> None:
+    gpu = _gpu("membound")
+    with Controller(gpu, predictor=predictor) as controller:
+        controller.run(40.0)
+        assert gpu.current_clocks() != DEFAULT or controller.clocks == DEFAULT
+    assert controller.state is State.STOPPED
+    gpu.clock.advance(1.0)
+    assert gpu.current_clocks() == DEFAULT
+    assert gpu.clock_writes[-1][1:] == DEFAULT
+    with pytest.raises(ControllerStoppedError):
+        controller.step()
+    assert controller.stop() is None  # idempotent
+
+
+class _FailingSampler(Sampler):
+    """Raises on the n-th window: an unexpected error in the middle of a search."""
+
+    def __init__(self, device: SimulatedGPU, fail_at: int) -> None:
+        super().__init__(device)
+        self._left = fail_at
+
+    def collect(self, window_s: float) -> PowerWindow:
+        self._left -= 1
+        if self._left == 0:
+            raise RuntimeError("injected failure")
+        return super().collect(window_s)
+
+
+def test_an_exception_in_step_resets_the_clocks_logs_and_stops(predictor: Predictor) -> None:
+    gpu = _gpu("membound")
+    log: list[dict[str, object]] = []
+    controller = Controller(gpu, predictor=predictor, sampler=_FailingSampler(gpu, fail_at=4), log=log.append)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        controller.run(120.0)
+    assert any(w[1:] != DEFAULT for w in gpu.clock_writes)  # it was probing a locked config...
+    assert gpu.clock_writes[-1][1:] == DEFAULT  # ...and the clocks were reset
+    assert controller.state is State.STOPPED
+    assert log[-1]["event"] == "error" and "injected failure" in str(log[-1]["reason"])
+    with pytest.raises(ControllerStoppedError):
+        controller.step()
+
+
+# --- guard and baselines ---------------------------------------------------------------------------------------
+
+
+def test_the_hybrid_survives_a_wildly_optimistic_model_and_prediction_alone_does_not(optimistic: Predictor) -> None:
+    results = {}
+    for policy in (Policy.HYBRID, Policy.PREDICTION):
+        gpu = _gpu("resnet50", seed=5)
+        controller = Controller(gpu, predictor=optimistic, config=ControllerConfig(policy=policy))
+        controller.run(300.0)
+        controller.stop()
+        results[policy] = _truth_ratios("resnet50", gpu, seed=5)
+    assert results[Policy.PREDICTION][0] > 0.5  # the model sends it to the lowest clocks
+    assert results[Policy.HYBRID][0] <= 0.05 + 0.005  # measurements keep the hybrid within the bound
+
+
+def test_the_guard_steps_back_when_the_real_slowdown_exceeds_the_bound(predictor: Predictor) -> None:
+    # After 60 s the job turns compute-heavy with the same iteration time at reference clocks; phase detection
+    # is blinded (huge tolerances) so that only the guard can react.
+    heavy = AnalyticWorkload("heavy", SPEC, 0.08, 0.6, 0.35, 0.5, 0.85)
+    gpu = _gpu([(0.0, preset_workload("membound")), (60.0, heavy)], seed=2)
+    config = ControllerConfig(level_tolerance=10.0, period_tolerance=10.0)
+    controller = Controller(gpu, predictor=predictor, config=config)
+    controller.run(240.0)
+    held = next(d for d in controller.decisions if d.event == "converged")
+    assert held.t_s < 60.0 and held.sm_clock_mhz < 1700
+    events = _events(controller)
+    assert "guard_step_up" in events and "guard_ok" in events
+    # Where it settled, the heavy job's true slowdown is within the bound plus the guard's margin.
+    sm, mem = controller.clocks
+    slowdown = heavy.operating_point(sm, mem).iteration_s / heavy.operating_point(*DEFAULT).iteration_s - 1.0
+    assert slowdown <= 0.05 + config.guard_margin + 0.003
+    assert controller.state is State.HOLDING
+
+
+# --- phases -----------------------------------------------------------------------------------------------------
+
+
+def test_a_phase_change_re_profiles_and_a_phase_seen_before_skips_the_search(predictor: Predictor) -> None:
+    schedule = [
+        (0.0, preset_workload("membound")),
+        (100.0, preset_workload("gpt")),
+        (220.0, preset_workload("membound")),
+    ]
+    gpu = _gpu(schedule, seed=1)
+    controller = Controller(gpu, predictor=predictor)
+    controller.run(330.0)
+    decisions = controller.decisions
+    changes = [d.t_s for d in decisions if d.event == "phase_change"]
+    assert len(changes) == 2
+    assert 100.0 < changes[0] < 100.0 + 75.0 and 220.0 < changes[1] < 220.0 + 75.0
+    assert [d.phase for d in decisions if d.event == "baseline"] == [0, 1]  # two searches, one per new phase
+    known = [d for d in decisions if d.event == "known_phase"]
+    assert len(known) == 1 and known[0].phase == 0 and known[0].t_s > 220.0
+    first_hold = next(d for d in decisions if d.event == "converged" and d.phase == 0)
+    assert (known[0].sm_clock_mhz, known[0].mem_clock_mhz) == (first_hold.sm_clock_mhz, first_hold.mem_clock_mhz)
+    assert len(controller.phases) == 2
+    # Every re-profile happens at reference clocks.
+    for d in decisions:
+        if d.state is State.PROFILING:
+            assert (d.sm_clock_mhz, d.mem_clock_mhz) == DEFAULT or d.next_state is not State.PROFILING
+
+
+def test_idle_resets_to_default_clocks_and_work_resumes_the_known_phase(predictor: Predictor) -> None:
+    schedule = [
+        (0.0, preset_workload("membound")),
+        (80.0, preset_workload("idle")),
+        (140.0, preset_workload("membound")),
+    ]
+    gpu = _gpu(schedule, seed=4)
+    controller = Controller(gpu, predictor=predictor)
+    controller.run(220.0)
+    events = _events(controller)
+    idle = next(d for d in controller.decisions if d.event == "idle")
+    assert 80.0 < idle.t_s < 80.0 + 40.0 and not idle.locked  # within a hold-check interval
+    assert "activity" in events and "known_phase" in events
+    assert events.count("baseline") == 1
+
+
+# --- no period ------------------------------------------------------------------------------------------------
+
+
+def test_iterations_too_fast_to_resolve_stay_at_reference_with_a_logged_reason(predictor: Predictor) -> None:
+    fast = AnalyticWorkload("fast", SPEC, 0.005, 0.7, 0.2)  # 5 ms: far under what 50 Hz samples resolve
+    gpu = _gpu([(0.0, fast)])
+    log: list[dict[str, object]] = []
+    controller = Controller(gpu, predictor=predictor, log=log.append)
+    controller.run(300.0)
+    assert all(w[1:] == DEFAULT for w in gpu.clock_writes)  # only resets: never locked
+    fallback = [r for r in log if r["event"] == "fallback_reference"]
+    assert fallback and "no trustworthy period" in str(fallback[0]["reason"])
+    assert "stay at reference" in str(fallback[0]["reason"])
+    assert any(r["event"] == "retry_profile" for r in log)  # it tries again later
+
+
+def test_an_aliased_period_is_caught_and_the_clocks_go_back_to_reference(predictor: Predictor) -> None:
+    # 12 ms iterations sampled every 20 ms repeat every 60 ms (5 iterations = 3 samples): profiling finds that
+    # "period", but at a lower clock it moves the wrong way (faster), which no real iteration does.
+    fast = AnalyticWorkload("aliased", SPEC, 0.012, 0.7, 0.2)
+    gpu = _gpu([(0.0, fast)])
+    log: list[dict[str, object]] = []
+    controller = Controller(gpu, predictor=predictor, log=log.append)
+    controller.run(200.0)
+    fallback = [r for r in log if r["event"] == "fallback_reference"]
+    assert fallback and "alias" in str(fallback[0]["reason"])
+    assert float(fallback[0]["t_s"]) < 30.0  # type: ignore[arg-type]
+    assert gpu.clock_writes[-1][1:] == DEFAULT and controller.clocks == DEFAULT
+    assert all(w[0] <= float(fallback[0]["t_s"]) + 1e-3 for w in gpu.clock_writes)  # type: ignore[arg-type]
+
+
+def test_a_job_shorter_than_profiling_never_touches_the_clocks(predictor: Predictor) -> None:
+    gpu = _gpu([(0.0, preset_workload("resnet50")), (2.0, preset_workload("idle"))])
+    controller = Controller(gpu, predictor=predictor)
+    controller.run(60.0)
+    assert [w[1:] for w in gpu.clock_writes] == [DEFAULT]  # the reset at start, nothing else
+    assert controller.state is State.IDLE
+    assert "idle" in _events(controller)
+
+
+def test_the_pure_search_baseline_needs_no_model_and_stays_within_the_bound() -> None:
+    gpu = _gpu("gpt", seed=6)
+    controller = Controller(gpu, config=ControllerConfig(policy=Policy.SEARCH))
+    controller.run(200.0)
+    controller.stop()
+    assert "converged" in _events(controller)
+    slowdown, _ = _truth_ratios("gpt", gpu, seed=6)
+    assert slowdown <= 0.055
+    with pytest.raises(ValueError, match="needs a predictor"):
+        Controller(_gpu("gpt"), config=ControllerConfig(policy=Policy.HYBRID))
+
+
+# --- log, determinism, time ----------------------------------------------------------------------------------
+
+
+def test_every_decision_is_one_json_line_with_the_documented_keys(predictor: Predictor) -> None:
+    stream = io.StringIO()
+    gpu = _gpu([(0.0, preset_workload("membound")), (60.0, preset_workload("gpt"))])
+    controller = Controller(gpu, predictor=predictor, log=jsonl_sink(stream))
+    controller.run(150.0)
+    controller.stop()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == len(controller.decisions) > 10
+    states = {s.value for s in State}
+    for line in lines:
+        record = json.loads(line)
+        assert tuple(record) == LOG_KEYS
+        assert record["state"] in states and record["next_state"] in states
+        assert isinstance(record["reason"], str) and record["reason"]
+        for key in ("period_s", "power_w", "measured_time_ratio", "predicted_time_ratio"):
+            assert record[key] is None or (isinstance(record[key], float) and math.isfinite(record[key]))
+    probes = [json.loads(line) for line in lines if json.loads(line)["event"] == "probe"]
+    assert probes and all(p["measured_energy_ratio"] is not None and p["predicted_time_ratio"] for p in probes)
+
+
+def test_same_seed_same_decisions_and_no_real_sleeping(predictor: Predictor, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_sleep(_: float) -> None:
+        raise AssertionError("the controller slept in real time")
+
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    logs = []
+    for _ in range(2):
+        log: list[dict[str, object]] = []
+        gpu = _gpu("gpt", seed=11)
+        controller = Controller(gpu, predictor=predictor, log=log.append)
+        t0 = time.perf_counter()
+        controller.run(1800.0)  # a 30-minute job
+        wall_s = time.perf_counter() - t0
+        controller.stop()
+        logs.append(log)
+        assert wall_s < 10.0
+    assert logs[0] == logs[1]
+
+
+# --- search helpers ----------------------------------------------------------------------------------------------
+
+
+def test_descent_search_walks_down_one_step_at_a_time_and_stops_at_the_bound() -> None:
+    sm = np.arange(600.0, 1501.0, 100.0)
+    mem = np.full(sm.size, 877.0)
+    time_ratio = 0.5 * sm[-1] / sm + 0.5
+    energy_ratio = time_ratio * (0.3 + 0.7 * (sm / sm[-1]) ** 2)
+    search = DescentSearch(sm, mem, Objective.ENERGY, 0.05)
+    search.record(sm.size - 1, 1.0, 1.0)
+    probes = []
+    while (index := search.next_probe()) is not None:
+        probes.append(int(sm[index]))
+        search.record(index, float(time_ratio[index]), float(energy_ratio[index]))
+    assert probes == [1400, 1300]  # 1300 breaks the bound: stop
+    assert sm[search.best()] == 1400
+
+
+def test_unstaircase_interpolates_tree_steps_and_leaves_distinct_values_alone() -> None:
+    sm = np.array([600.0, 700.0, 800.0, 900.0, 1000.0, 1100.0])
+    mem = np.full(sm.size, 877.0)
+    stairs = np.array([2.0, 2.0, 1.5, 1.5, 1.5, 1.0])  # trained at 600, 800 and 1100
+    smooth = unstaircase(sm, mem, stairs)
+    assert smooth[0] == pytest.approx(2.0) and smooth[2] == pytest.approx(1.5) and smooth[5] == pytest.approx(1.0)
+    assert 1.5 < smooth[1] < 2.0 and 1.0 < smooth[4] < smooth[3] < 1.5
+    distinct = np.array([2.0, 1.8, 1.6, 1.4, 1.2, 1.0])
+    assert np.array_equal(unstaircase(sm, mem, distinct), distinct)
+
+
+@pytest.mark.parametrize("objective", [Objective.EDP, Objective.ED2P])
+def test_edp_objectives_hold_their_own_choice_without_guarding_it_away(
+    predictor: Predictor, objective: Objective
+) -> None:
+    gpu = _gpu("membound", seed=8)
+    controller = Controller(gpu, predictor=predictor, config=ControllerConfig(objective=objective))
+    controller.run(400.0)
+    events = _events(controller)
+    assert "converged" in events and "guard_step_up" not in events
+    assert controller.state is State.HOLDING
+    converged = next(d for d in controller.decisions if d.event == "converged")
+    assert (controller.clocks, converged.measured_time_ratio) == (
+        (converged.sm_clock_mhz, converged.mem_clock_mhz),
+        pytest.approx(converged.measured_time_ratio),
+    )
