@@ -45,7 +45,7 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import KEY_COLUMNS, SWEEP_COLUMNS, IngestError, Rejection, SourceReport, conform
 from gpoeo_pipeline.sources import SWEEP_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import check_measurement, number, read_rows, text, unexpected_csvs
+from gpoeo_pipeline.sources.nvdvfs import check_measurement, check_raw_files, number, read_rows, text
 from gpoeo_rt.features import FEATURE_NAMES
 
 SOURCE = "dlbench-dvfs"
@@ -215,12 +215,7 @@ def parse_files(files: Sequence[tuple[Path, FileSpec]], root: Path, source: str 
 
 def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/dlbench-dvfs/ (every file in FILES)."""
-    stray = unexpected_csvs(raw_dir, FILES, ())
-    if stray:
-        raise IngestError(raw_dir / stray[0], None, "CSV not listed in dlbench.FILES (parse it or list it as skipped)")
-    absent = [name for name in FILES if not (raw_dir / name).is_file()]
-    if absent:
-        raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
+    check_raw_files(raw_dir, FILES, (), "dlbench.FILES")
     parsed = parse_files([(raw_dir / name, spec) for name, spec in FILES.items()], raw_dir.parent)
     parsed.report.notes.extend(
         [

@@ -51,7 +51,7 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import SWEEP_COLUMNS, IngestError, Rejection, SourceReport, conform
 from gpoeo_pipeline.sources import SWEEP_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import RawRow, check_measurement, number, read_rows, text, unexpected_csvs
+from gpoeo_pipeline.sources.nvdvfs import RawRow, check_measurement, check_raw_files, number, read_rows, text
 from gpoeo_rt.features import FEATURE_NAMES
 
 SOURCE = "gpu-ddvfs"
@@ -300,11 +300,7 @@ def parse_file(path: Path, root: Path, source: str = SOURCE) -> ParsedSource:
 
 def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/gpu-ddvfs/ (FILE; the other CSVs are listed in SKIPPED)."""
-    stray = unexpected_csvs(raw_dir, [FILE], SKIPPED)
-    if stray:
-        raise IngestError(raw_dir / stray[0], None, "CSV not parsed by gpu_ddvfs and not in its SKIPPED")
-    if not (raw_dir / FILE).is_file():
-        raise IngestError(raw_dir / FILE, None, "expected raw file is missing")
+    check_raw_files(raw_dir, [FILE], SKIPPED, "gpu_ddvfs (FILE or SKIPPED)")
     parsed = parse_file(raw_dir / FILE, raw_dir.parent)
     parsed.report.notes.extend(f"not parsed: {name} ({why})" for name, why in SKIPPED.items())
     return parsed

@@ -212,6 +212,17 @@ def unexpected_csvs(raw_dir: Path, listed: Collection[str], skipped: Collection[
     return [f for f in found if f not in listed and f not in skipped]
 
 
+def check_raw_files(raw_dir: Path, listed: Collection[str], skipped: Collection[str], owner: str) -> None:
+    """Every CSV under `raw_dir` must be parsed or deliberately skipped (nothing is ignored silently), and every
+    file a parser expects must be there. `owner` names the listing in messages (e.g. "zeus.FILES")."""
+    stray = unexpected_csvs(raw_dir, listed, skipped)
+    if stray:
+        raise IngestError(raw_dir / stray[0], None, f"CSV not parsed: not listed in {owner} (parse it or skip it)")
+    absent = [name for name in listed if not (raw_dir / name).is_file()]
+    if absent:
+        raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
+
+
 # ---- nv-dvfs -----------------------------------------------------------------------------------------------
 
 
@@ -276,12 +287,7 @@ def parse_files(files: Sequence[tuple[Path, str]], root: Path, source: str = SOU
 
 def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/nv-dvfs/ (every file in FILES)."""
-    stray = unexpected_csvs(raw_dir, FILES, ())
-    if stray:
-        raise IngestError(raw_dir / stray[0], None, "CSV not listed in nvdvfs.FILES (parse it or list it as skipped)")
-    absent = [name for name in FILES if not (raw_dir / name).is_file()]
-    if absent:
-        raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
+    check_raw_files(raw_dir, FILES, (), "nvdvfs.FILES")
     parsed = parse_files([(raw_dir / name, sku) for name, sku in FILES.items()], raw_dir.parent)
     parsed.report.notes.append(
         "not copied from upstream (not measurements, or duplicates of these): *-dvfs-real.csv / "

@@ -42,11 +42,11 @@ from gpoeo_pipeline.sources.nvdvfs import (
     RawRow,
     check_fraction,
     check_measurement,
+    check_raw_files,
     finalize,
     number,
     read_rows,
     text,
-    unexpected_csvs,
 )
 
 SOURCE = "nv-dvfs-history"
@@ -273,12 +273,7 @@ def parse_files(files: Sequence[tuple[Path, FileSpec]], root: Path, source: str 
 
 def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/nv-dvfs-history/ (every file in FILES)."""
-    stray = unexpected_csvs(raw_dir, FILES, SKIPPED)
-    if stray:
-        raise IngestError(raw_dir / stray[0], None, "CSV not listed in nvdvfs_history.FILES or SKIPPED")
-    absent = [name for name in FILES if not (raw_dir / name).is_file()]
-    if absent:
-        raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
+    check_raw_files(raw_dir, FILES, SKIPPED, "nvdvfs_history.FILES or SKIPPED")
     parsed = parse_files([(raw_dir / name, spec) for name, spec in FILES.items()], raw_dir.parent)
     parsed.report.notes.extend(f"left out of data/raw, not parsed: {name} ({why})" for name, why in SKIPPED.items())
     parsed.report.notes.append(

@@ -32,7 +32,7 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import POWERLIMIT_COLUMNS, IngestError, Rejection, SourceReport, conform
 from gpoeo_pipeline.sources import POWERLIMIT_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, unexpected_csvs
+from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, check_raw_files
 
 SOURCE = "powercap-ada"
 SKU = "rtx-4000-ada"
@@ -190,12 +190,7 @@ def parse_files(files: Sequence[tuple[Path, FileSpec]], root: Path) -> ParsedSou
 
 def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/powercap-ada/ (every file in FILES)."""
-    stray = unexpected_csvs(raw_dir, FILES, ())
-    if stray:
-        raise IngestError(raw_dir / stray[0], None, "CSV not listed in powercap.FILES (parse it or list it)")
-    absent = [name for name in FILES if not (raw_dir / name).is_file()]
-    if absent:
-        raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
+    check_raw_files(raw_dir, FILES, (), "powercap.FILES")
     parsed = parse_files([(raw_dir / name, spec) for name, spec in FILES.items()], raw_dir.parent)
     parsed.report.notes.append(
         "results_powertest_single_7.csv: two partial runs concatenated (caps 65-120 W, then 30-60 W) "

@@ -24,7 +24,7 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import POWERLIMIT_COLUMNS, IngestError, SourceReport, conform
 from gpoeo_pipeline.sources import POWERLIMIT_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, RawRow, number, read_rows, text, unexpected_csvs
+from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, RawRow, check_raw_files, number, read_rows, text
 
 SOURCE = "zeus"
 KEY: tuple[str, ...] = ("sku", "workload", "power_limit_w")
@@ -140,12 +140,7 @@ def parse_files(files: Sequence[tuple[Path, str]], root: Path, source: str = SOU
 
 def parse(raw_dir: Path) -> ParsedSource:
     """Parse data/raw/zeus/ (every file in FILES)."""
-    stray = unexpected_csvs(raw_dir, FILES, ())
-    if stray:
-        raise IngestError(raw_dir / stray[0], None, "CSV not listed in zeus.FILES (parse it or list it)")
-    absent = [name for name in FILES if not (raw_dir / name).is_file()]
-    if absent:
-        raise IngestError(raw_dir / absent[0], None, "expected raw file is missing")
+    check_raw_files(raw_dir, FILES, (), "zeus.FILES")
     return parse_files([(raw_dir / name, sku) for name, sku in FILES.items()], raw_dir.parent)
 
 
