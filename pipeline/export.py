@@ -32,7 +32,10 @@ class ExportMismatchError(RuntimeError):
 def booster_to_onnx(booster: xgb.Booster, n_inputs: int, opset: int) -> bytes:
     """Convert a booster whose trees are exactly the ones to ship (train saved it at the early-stopped round)."""
     booster.feature_names = None  # the converter needs f0..fN names
-    model = convert_xgboost(booster, initial_types=[("input", FloatTensorType([None, n_inputs]))], target_opset=opset)
+    # A fixed graph name: onnxmltools otherwise draws a random one, so identical models would get different sha256.
+    model = convert_xgboost(
+        booster, name="gpoeo_xgboost", initial_types=[("input", FloatTensorType([None, n_inputs]))], target_opset=opset
+    )
     return bytes(model.SerializeToString())
 
 

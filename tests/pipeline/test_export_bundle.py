@@ -103,3 +103,8 @@ def test_missing_files_are_refused(tmp_path: Path) -> None:
     shutil.rmtree(bundle)
     with pytest.raises(BundleError, match="no manifest"):
         verify_bundle(bundle)
+
+
+def test_conversion_is_deterministic() -> None:
+    booster, x = _booster(0)
+    assert booster_to_onnx(booster, x.shape[1], opset=15) == booster_to_onnx(booster, x.shape[1], opset=15)
