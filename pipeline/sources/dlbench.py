@@ -45,7 +45,15 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import KEY_COLUMNS, SWEEP_COLUMNS, IngestError, Rejection, SourceReport, conform
 from gpoeo_pipeline.sources import SWEEP_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import check_measurement, check_raw_files, number, read_rows, text
+from gpoeo_pipeline.sources.nvdvfs import (
+    check_measurement,
+    check_raw_files,
+    check_unique,
+    number,
+    read_files,
+    read_rows,
+    text,
+)
 from gpoeo_rt.features import FEATURE_NAMES
 
 SOURCE = "dlbench-dvfs"
@@ -160,15 +168,7 @@ def finalize(frame: pd.DataFrame, source: str = SOURCE) -> tuple[pd.DataFrame, l
     """Check keys, mark each workload's top point as `ref` (else reject the workload), fill the rest."""
     keys = list(KEY_COLUMNS)
     frame = frame.reset_index(drop=True)
-    dup = frame.duplicated(keys, keep="first")
-    if dup.any():
-        second = frame.loc[dup].iloc[0]
-        first = frame.loc[(frame[keys] == second[keys]).all(axis=1)].iloc[0]
-        raise IngestError(
-            second["_file"],
-            int(second["_line"]),
-            f"duplicate key {dict(second[keys])} (first at {first['_file']}:{first['_line']})",
-        )
+    check_unique(frame, keys)
     by_workload = frame.groupby(["sku", "workload"])
     frame["ref"] = (frame["sm_clock_mhz"] == by_workload["sm_clock_mhz"].transform("max")) & (
         frame["mem_clock_mhz"] == by_workload["mem_clock_mhz"].transform("max")
@@ -194,20 +194,15 @@ def finalize(frame: pd.DataFrame, source: str = SOURCE) -> tuple[pd.DataFrame, l
 def parse_files(files: Sequence[tuple[Path, FileSpec]], root: Path, source: str = SOURCE) -> ParsedSource:
     """Parse (path, spec) files; paths in messages and the report are relative to `root`."""
     report = SourceReport(source=source)
-    frames: list[pd.DataFrame] = []
-    for path, spec in files:
-        label = path.relative_to(root).as_posix()
-        frame, count = read_file(path, label, spec)
-        report.files.append(label)
-        report.rows_read += count
-        frames.append(frame)
+    parsed = read_files(files, root, read_file, report)
+    for label, spec, _ in parsed:
         if spec.clock_base_mhz is not None:
             core, mem = spec.clock_base_mhz
             report.notes.append(
                 f"{label}: clock offsets converted to absolute MHz with base core {core:g}, mem {mem:g} "
                 "(derived from the matching absolute Titan X VGG grid; see dlbench.py)"
             )
-    frame, rejections = finalize(pd.concat(frames, ignore_index=True), source)
+    frame, rejections = finalize(pd.concat([rows for _, _, rows in parsed], ignore_index=True), source)
     report.rejections.extend(rejections)
     report.rows_kept = len(frame)
     return ParsedSource(frame, report)

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -206,6 +207,40 @@ def finalize(frame: pd.DataFrame, source: str) -> tuple[pd.DataFrame, list[Rejec
     return conform(frame, SWEEP_COLUMNS, source), rejections
 
 
+SpecT = TypeVar("SpecT")  # what a parser needs to know about one file (its SKU, or a spec)
+
+
+def check_unique(frame: pd.DataFrame, key: Sequence[str]) -> None:
+    """Raise IngestError at the second row of the first repeated key, naming the first one's line."""
+    dup = frame.duplicated(list(key), keep="first")
+    if dup.any():
+        second = frame.loc[dup].iloc[0]
+        first = frame.loc[(frame[list(key)] == second[list(key)]).all(axis=1)].iloc[0]
+        raise IngestError(
+            second["_file"],
+            int(second["_line"]),
+            f"duplicate key {dict(second[list(key)])} (first at {first['_file']}:{first['_line']})",
+        )
+
+
+def read_files(
+    files: Sequence[tuple[Path, SpecT]],
+    root: Path,
+    read_file: Callable[[Path, str, SpecT], tuple[pd.DataFrame, int]],
+    report: SourceReport,
+) -> list[tuple[str, SpecT, pd.DataFrame]]:
+    """Read every (path, spec) file with `read_file`, recording it and its row count in `report`; returns
+    (label, spec, rows) per file, labels being paths relative to `root` (as used in messages)."""
+    parsed = []
+    for path, spec in files:
+        label = path.relative_to(root).as_posix()
+        frame, count = read_file(path, label, spec)
+        report.files.append(label)
+        report.rows_read += count
+        parsed.append((label, spec, frame))
+    return parsed
+
+
 def unexpected_csvs(raw_dir: Path, listed: Collection[str], skipped: Collection[str]) -> list[str]:
     """CSV files under `raw_dir` (relative paths) that are neither parsed nor deliberately skipped."""
     found = sorted(p.relative_to(raw_dir).as_posix() for p in raw_dir.rglob("*.csv"))
@@ -266,14 +301,8 @@ def read_file(path: Path, label: str, sku: str) -> tuple[pd.DataFrame, int]:
 def parse_files(files: Sequence[tuple[Path, str]], root: Path, source: str = SOURCE) -> ParsedSource:
     """Parse (path, sku) files; paths in messages and the report are relative to `root`."""
     report = SourceReport(source=source)
-    frames: list[pd.DataFrame] = []
-    for path, sku in files:
-        label = path.relative_to(root).as_posix()
-        frame, count = read_file(path, label, sku)
-        report.files.append(label)
-        report.rows_read += count
-        frames.append(frame)
-    frame, rejections = finalize(pd.concat(frames, ignore_index=True), source)
+    parsed = read_files(files, root, read_file, report)
+    frame, rejections = finalize(pd.concat([rows for _, _, rows in parsed], ignore_index=True), source)
     report.rejections.extend(rejections)
     report.rows_kept = len(frame)
     missing = frame[list(DCGM_COLUMNS.values())].isna().all(axis=1)

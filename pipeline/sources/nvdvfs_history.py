@@ -45,6 +45,7 @@ from gpoeo_pipeline.sources.nvdvfs import (
     check_raw_files,
     finalize,
     number,
+    read_files,
     read_rows,
     text,
 )
@@ -256,16 +257,11 @@ def read_file(path: Path, label: str, spec: FileSpec) -> tuple[pd.DataFrame, int
 def parse_files(files: Sequence[tuple[Path, FileSpec]], root: Path, source: str = SOURCE) -> ParsedSource:
     """Parse (path, spec) files; paths in messages and the report are relative to `root`."""
     report = SourceReport(source=source)
-    frames: list[pd.DataFrame] = []
-    for path, spec in files:
-        label = path.relative_to(root).as_posix()
-        frame, count = read_file(path, label, spec)
-        report.files.append(label)
-        report.rows_read += count
-        frames.append(frame)
-        if not spec.has_counters:
-            report.notes.append(f"{label}: time and power only, all feat_* NaN")
-    frame, rejections = finalize(pd.concat(frames, ignore_index=True), source)
+    parsed = read_files(files, root, read_file, report)
+    report.notes.extend(
+        f"{label}: time and power only, all feat_* NaN" for label, spec, _ in parsed if not spec.has_counters
+    )
+    frame, rejections = finalize(pd.concat([rows for _, _, rows in parsed], ignore_index=True), source)
     report.rejections.extend(rejections)
     report.rows_kept = len(frame)
     return ParsedSource(frame, report)

@@ -32,7 +32,7 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import POWERLIMIT_COLUMNS, IngestError, Rejection, SourceReport, conform
 from gpoeo_pipeline.sources import POWERLIMIT_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, check_raw_files
+from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, check_raw_files, check_unique, read_files
 
 SOURCE = "powercap-ada"
 SKU = "rtx-4000-ada"
@@ -125,15 +125,7 @@ def read_file(path: Path, label: str, spec: FileSpec) -> tuple[pd.DataFrame, int
 def finalize(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Rejection]]:
     """Apply the key, energy and reference rules; returns kept rows and rejections (in file order)."""
     frame = frame.reset_index(drop=True)
-    dup = frame.duplicated(list(KEY), keep="first")
-    if dup.any():
-        second = frame.loc[dup].iloc[0]
-        first = frame.loc[(frame[list(KEY)] == second[list(KEY)]).all(axis=1)].iloc[0]
-        raise IngestError(
-            second["_file"],
-            int(second["_line"]),
-            f"duplicate key {dict(second[list(KEY)])} (first at {first['_file']}:{first['_line']})",
-        )
+    check_unique(frame, KEY)
     rejected: dict[int, str] = {}
     gap = frame["energy_j"] / (frame["time_s"] * frame["power_w"]) - 1.0
     for index in frame.index[gap.abs() > ENERGY_RTOL]:
@@ -159,20 +151,15 @@ def finalize(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[Rejection]]:
 def parse_files(files: Sequence[tuple[Path, FileSpec]], root: Path) -> ParsedSource:
     """Parse (path, spec) files; paths in messages and the report are relative to `root`."""
     report = SourceReport(source=SOURCE)
-    frames: list[pd.DataFrame] = []
-    for path, spec in files:
-        label = path.relative_to(root).as_posix()
-        frame, count = read_file(path, label, spec)
-        report.files.append(label)
-        report.rows_read += count
-        frames.append(frame)
+    parsed = read_files(files, root, read_file, report)
+    for label, spec, frame in parsed:
         if spec.columns != 6:
             caps = " ".join(f"{c:g}" for c in frame["power_limit_w"])
             report.notes.append(
                 f"{label}: {spec.columns}-column layout (no duplicate cap column), parsed; caps in file "
                 f"order (W): {caps}"
             )
-    frame, rejections = finalize(pd.concat(frames, ignore_index=True))
+    frame, rejections = finalize(pd.concat([rows for _, _, rows in parsed], ignore_index=True))
     report.rejections.extend(rejections)
     report.rows_kept = len(frame)
     over = frame["power_w"] > frame["power_limit_w"] * (1 + OVER_CAP_NOTE)

@@ -24,7 +24,16 @@ import pandas as pd
 
 from gpoeo_pipeline.schema import POWERLIMIT_COLUMNS, IngestError, SourceReport, conform
 from gpoeo_pipeline.sources import POWERLIMIT_SOURCES, ParsedSource
-from gpoeo_pipeline.sources.nvdvfs import POWER_RANGE_W, RawRow, check_raw_files, number, read_rows, text
+from gpoeo_pipeline.sources.nvdvfs import (
+    POWER_RANGE_W,
+    RawRow,
+    check_raw_files,
+    check_unique,
+    number,
+    read_files,
+    read_rows,
+    text,
+)
 
 SOURCE = "zeus"
 KEY: tuple[str, ...] = ("sku", "workload", "power_limit_w")
@@ -84,30 +93,11 @@ def read_file(path: Path, label: str, sku: str) -> tuple[pd.DataFrame, int]:
     return pd.DataFrame.from_records(records), len(rows)
 
 
-def check_unique(frame: pd.DataFrame, key: Sequence[str]) -> None:
-    """Raise IngestError at the second row of the first repeated key, naming the first one's line."""
-    dup = frame.duplicated(list(key), keep="first")
-    if dup.any():
-        second = frame.loc[dup].iloc[0]
-        first = frame.loc[(frame[list(key)] == second[list(key)]).all(axis=1)].iloc[0]
-        raise IngestError(
-            second["_file"],
-            int(second["_line"]),
-            f"duplicate key {dict(second[list(key)])} (first at {first['_file']}:{first['_line']})",
-        )
-
-
 def parse_files(files: Sequence[tuple[Path, str]], root: Path, source: str = SOURCE) -> ParsedSource:
     """Parse (path, sku) files; paths in messages and the report are relative to `root`."""
     report = SourceReport(source=source)
-    frames: list[pd.DataFrame] = []
-    for path, sku in files:
-        label = path.relative_to(root).as_posix()
-        frame, count = read_file(path, label, sku)
-        report.files.append(label)
-        report.rows_read += count
-        frames.append(frame)
-    frame = pd.concat(frames, ignore_index=True)
+    parsed = read_files(files, root, read_file, report)
+    frame = pd.concat([rows for _, _, rows in parsed], ignore_index=True)
     check_unique(frame, KEY)
 
     top = frame.groupby(["sku", "workload"])["power_limit_w"].transform("max")
