@@ -1,6 +1,6 @@
 """The `gpoeo-rt` command line: it parses, calls into the layers below and prints; it holds no logic."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -171,3 +171,313 @@ def _plot_detection(trace: object, report: object, out: str) -> None:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     typer.echo(f"wrote {out}")
+
+
+# --- the daemon: start, status, stop, set, reset ---
+
+ConfigOption = Annotated[
+    str | None,
+    typer.Option("--config", help="TOML settings file (every flag can be set there, or as GPOEO_RT_<NAME>)."),
+]
+RunDirOption = Annotated[str | None, typer.Option("--run-dir", help="Folder of the daemon's sockets (run_dir).")]
+
+
+def _config(file: str | None, **overrides: object) -> Any:
+    from gpoeo_rt.daemon.config import ConfigError, load_config
+
+    try:
+        return load_config(file, overrides=overrides)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _request(run_dir: str, payload: dict[str, Any]) -> dict[str, Any]:
+    from gpoeo_rt.daemon.control import ControlError, request
+
+    try:
+        reply = request(run_dir, payload)
+    except ControlError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    if not reply.get("ok"):
+        typer.echo(f"error: {reply.get('error', 'the daemon refused the request')}", err=True)
+        raise typer.Exit(1)
+    return reply
+
+
+@app.command()
+def start(
+    config: ConfigOption = None,
+    gpus: Annotated[str | None, typer.Option("--gpus", help="GPUs to manage: all, or NVML indices like 0,2.")] = None,
+    group: Annotated[
+        str | None, typer.Option("--group", help="Lockstep group for one data-parallel job, e.g. 0,1,2,3.")
+    ] = None,
+    objective: Annotated[str | None, typer.Option("--objective", help="energy (default), edp or ed2p.")] = None,
+    max_slowdown: Annotated[
+        float | None, typer.Option("--max-slowdown", help="Allowed slowdown vs the job's own reference, e.g. 0.05.")
+    ] = None,
+    policy: Annotated[str | None, typer.Option("--policy", help="hybrid (default), prediction or search.")] = None,
+    advise: Annotated[
+        bool | None, typer.Option("--advise/--no-advise", help="Decide and log, but never set clocks.")
+    ] = None,
+    simulate: Annotated[
+        str | None,
+        typer.Option(
+            "--simulate",
+            help="Run against a simulated GPU running WORKLOAD (a preset: resnet50, gpt, membound...; a schedule "
+            "'gpt,membound@600'; or SWEEPS.csv:SKU:WORKLOAD). Simulated time; no GPU is touched.",
+        ),
+    ] = None,
+    sim_seconds: Annotated[
+        float | None, typer.Option("--sim-seconds", help="With --simulate: simulated job length (default 1800).")
+    ] = None,
+    sim_speed: Annotated[
+        float | None,
+        typer.Option("--sim-speed", help="With --simulate: simulated seconds per real second (default: no pacing)."),
+    ] = None,
+    bundles: Annotated[str | None, typer.Option("--bundles", help="Model bundle directory.")] = None,
+    run_dir: RunDirOption = None,
+    state_dir: Annotated[
+        str | None, typer.Option("--state-dir", help="Clock state files and decision logs (state_dir).")
+    ] = None,
+    socket_group: Annotated[
+        str | None, typer.Option("--socket-group", help="Group allowed to control the daemon (default: root).")
+    ] = None,
+) -> None:
+    """Run the daemon in the foreground until SIGTERM/SIGINT or `gpoeo-rt stop`; clocks are always given back."""
+    from gpoeo_rt.daemon.daemon import Daemon
+    from gpoeo_rt.daemon.safety import AlreadyRunningError
+    from gpoeo_rt.device import GPUError
+    from gpoeo_rt.prediction.bundle import BundleError
+
+    cfg = _config(
+        config,
+        gpus=gpus,
+        group=group,
+        objective=objective,
+        max_slowdown=max_slowdown,
+        policy=policy,
+        advise=advise,
+        simulate=simulate,
+        sim_seconds=sim_seconds,
+        sim_speed=sim_speed,
+        bundles=bundles,
+        run_dir=run_dir,
+        state_dir=state_dir,
+        socket_group=socket_group,
+    )
+    daemon = Daemon(cfg, say=lambda line: typer.echo(line, err=True))
+    try:
+        code = daemon.run()
+    except AlreadyRunningError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from exc
+    except (GPUError, BundleError, ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    _print_summary(daemon.status())
+    raise typer.Exit(code)
+
+
+def _fmt(value: object, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _print_summary(status: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
+    for column in ("GPU", "state", "period", "clocks (SM/mem)", "baseline J/it", "now J/it", "saving", "slowdown"):
+        table.add_column(column)
+    for g in status["gpus"]:
+        base, now = g["baseline"] or {}, g["now"] or {}
+        clocks = g["clocks"]
+        advised = g.get("advised_clocks")
+        clock_text = "-" if clocks is None else f"{clocks[0]}/{clocks[1]}"
+        if advised:
+            clock_text += f" (advise {advised[0]}/{advised[1]})"
+        table.add_row(
+            ",".join(map(str, g["gpus"])),
+            g["state"],
+            _fmt(now.get("period_s") and now["period_s"] * 1e3, ".1f", " ms"),
+            clock_text,
+            _fmt(base.get("energy_per_iteration_j"), ".3f"),
+            _fmt(now.get("energy_per_iteration_j"), ".3f"),
+            _fmt(g["saving_so_far_pct"], ".1f", "%"),
+            _fmt(g["slowdown_so_far_pct"], ".1f", "%"),
+        )
+    Console(stderr=False).print(table)
+    for g in status["gpus"]:
+        if g.get("error"):
+            typer.echo(f"GPU {g['gpus']}: last error: {g['error']}")
+
+
+@app.command()
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw status as JSON.")] = False,
+    config: ConfigOption = None,
+    run_dir: RunDirOption = None,
+) -> None:
+    """Per GPU: state, detected period, clocks, baseline vs now per iteration, saving so far, slowdown."""
+    import json
+
+    cfg = _config(config, run_dir=run_dir)
+    reply = _request(cfg.run_dir, {"cmd": "status"})
+    if as_json:
+        typer.echo(json.dumps(reply["status"], indent=2))
+    else:
+        _print_summary(reply["status"])
+
+
+@app.command()
+def stop(config: ConfigOption = None, run_dir: RunDirOption = None) -> None:
+    """Ask the running daemon to give the clocks back and exit."""
+    cfg = _config(config, run_dir=run_dir)
+    typer.echo(_request(cfg.run_dir, {"cmd": "stop"})["message"])
+
+
+@app.command("set")
+def set_(
+    objective: Annotated[str | None, typer.Option("--objective", help="energy, edp or ed2p.")] = None,
+    max_slowdown: Annotated[float | None, typer.Option("--max-slowdown", help="e.g. 0.05.")] = None,
+    config: ConfigOption = None,
+    run_dir: RunDirOption = None,
+) -> None:
+    """Change the running daemon's objective or slowdown bound (root or socket_group only)."""
+    cfg = _config(config, run_dir=run_dir)
+    payload: dict[str, Any] = {"cmd": "set"}
+    if objective is not None:
+        payload["objective"] = objective
+    if max_slowdown is not None:
+        payload["max_slowdown"] = max_slowdown
+    typer.echo(_request(cfg.run_dir, payload)["message"])
+
+
+@app.command()
+def reset(
+    gpus: Annotated[str | None, typer.Option("--gpus", help="all (default) or NVML indices like 0,2.")] = None,
+    config: ConfigOption = None,
+    simulate: Annotated[str | None, typer.Option("--simulate", help="Reset simulated GPUs (see start).")] = None,
+    state_dir: Annotated[str | None, typer.Option("--state-dir", help="Clock state files (state_dir).")] = None,
+    run_dir: RunDirOption = None,
+) -> None:
+    """Restore the default clocks now, on the given GPUs and on every GPU a clock state file names."""
+    from gpoeo_rt.daemon.daemon import reset_gpus
+
+    cfg = _config(config, gpus=gpus, simulate=simulate, state_dir=state_dir, run_dir=run_dir)
+    try:
+        code = reset_gpus(cfg, say=typer.echo)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    raise typer.Exit(code)
+
+
+# --- bundles and reports ---
+
+bundles_app = typer.Typer(no_args_is_help=True, help="List and verify the model bundles the runtime can load.")
+app.add_typer(bundles_app, name="bundles")
+
+
+def _bundle_root(path: str | None) -> Any:
+    from pathlib import Path
+
+    from gpoeo_rt.prediction.selection import default_bundle_dirs
+
+    if path is not None:
+        return Path(path)
+    return next((d for d in default_bundle_dirs() if d.is_dir()), default_bundle_dirs()[0])
+
+
+@bundles_app.command("list")
+def bundles_list(
+    path: Annotated[
+        str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
+    ] = None,
+) -> None:
+    """One line per bundle: name, the GPUs it matches, its evaluation figures (not verified: see `verify`)."""
+    from gpoeo_rt.prediction.bundle import BundleError, parse_manifest
+
+    root = _bundle_root(path)
+    if not root.is_dir():
+        typer.echo(f"error: {root}: bundle directory not found", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"bundles in {root}:")
+    for bundle_dir in sorted(p for p in root.iterdir() if (p / "manifest.json").exists()):
+        try:
+            m = parse_manifest(bundle_dir)
+        except BundleError as exc:
+            typer.echo(f"  {bundle_dir.name:16s} UNREADABLE: {exc}")
+            continue
+        ev = m.raw.get("evaluation") or {}
+        figures = ", ".join(
+            f"{k} {ev[k]:.1f}%" for k in ("mape_time_pct", "mape_energy_pct") if isinstance(ev.get(k), int | float)
+        )
+        names = ", ".join(m.nvml_names) or "any GPU without its own bundle"
+        typer.echo(f"  {m.name:16s} {names}  [{figures or 'no evaluation'}]")
+
+
+@bundles_app.command("verify")
+def bundles_verify(
+    path: Annotated[
+        str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
+    ] = None,
+) -> None:
+    """Check every bundle's manifest, sha256 and feature schema; exit 1 if any fails."""
+    from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
+
+    root = _bundle_root(path)
+    dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not dirs:
+        typer.echo(f"error: {root}: no bundles found", err=True)
+        raise typer.Exit(1)
+    failed = 0
+    for bundle_dir in dirs:
+        try:
+            verify_bundle(bundle_dir)
+            typer.echo(f"ok      {bundle_dir}")
+        except BundleError as exc:
+            failed += 1
+            typer.echo(f"FAILED  {bundle_dir}: {exc}")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def report(
+    log: Annotated[str, typer.Argument(help="A decision log (JSON lines) written by `gpoeo-rt start`.")],
+    plot: Annotated[str | None, typer.Option("--plot", help="Write a PNG timeline of the decisions.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Summarise a decision log (what was decided, measured saving and slowdown) and optionally plot it."""
+    import json
+
+    from gpoeo_rt.daemon.report import LogError, plot_timeline, read_log, summarise
+
+    try:
+        records = read_log(log)
+    except LogError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    summary = summarise(records)
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        base = summary["baseline"] or {}
+        typer.echo(f"{log}: {summary['decisions']} decisions over {summary['duration_s']:.0f} s")
+        if base:
+            per_iteration = f"{base['period_s'] * 1e3:.1f} ms, {base['energy_per_iteration_j']:.2f} J"
+            typer.echo(f"  baseline per iteration at reference clocks: {per_iteration}")
+        typer.echo(
+            f"  measured saving {_fmt(summary['saving_pct'], '.1f', '%')} at slowdown "
+            f"{_fmt(summary['slowdown_pct'], '.1f', '%')} (exploration included)"
+        )
+        typer.echo("  events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items())))
+    if plot is not None:
+        try:
+            plot_timeline(records, plot, title=str(log))
+        except ImportError as exc:
+            typer.echo("error: --plot needs matplotlib: pip install 'gpoeo[pipeline]'", err=True)
+            raise typer.Exit(1) from exc
+        typer.echo(f"wrote {plot}")

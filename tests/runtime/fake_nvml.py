@@ -13,6 +13,7 @@ Locked-clock state is kept so tests can assert the GPU ends at its default clock
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -51,6 +52,9 @@ class FakeDevice:
     energy_mj: float = 46_455_354.0
     samples: list[tuple[int, int]] = field(default_factory=list)  # (timestamp µs, mW), the driver's ring buffer
     buffer_capacity: int = 120
+    # Optional power signal: (t_s, device) -> W at that time (e.g. a periodic training job whose period and level
+    # depend on the clocks); None: the constant power_w.
+    waveform: Callable[[float, FakeDevice], float] | None = None
 
     @property
     def sm_clock_mhz(self) -> int:
@@ -130,10 +134,14 @@ class FakeNVML:
         while self._next_sample_s + 0.02 <= end + 1e-9:
             self._next_sample_s += 0.02
             for dev in self.devices:
+                if dev.waveform is not None:
+                    dev.power_w = dev.waveform(self._next_sample_s, dev)
+                    dev.energy_mj += dev.power_w * 0.02 * 1000.0
                 dev.samples.append((round(self._next_sample_s * 1e6), round(dev.power_w * 1000)))
                 del dev.samples[: -dev.buffer_capacity]
         for dev in self.devices:
-            dev.energy_mj += dev.power_w * dt_s * 1000.0
+            if dev.waveform is None:
+                dev.energy_mj += dev.power_w * dt_s * 1000.0
         self._t_s = end
 
     def sleep(self, dt_s: float) -> None:

@@ -32,6 +32,7 @@ from gpoeo_rt.controller.searchers import DescentSearch, PredictedPick, Search, 
 from gpoeo_rt.controller.state import Baseline, Decision, PhaseRecord, Policy, State
 from gpoeo_rt.detection import DetectorConfig, PeriodEstimate, Verdict, detect_period, has_changed, window_for_periods
 from gpoeo_rt.device.base import GPU
+from gpoeo_rt.device.clock import SleepInterruptedError
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.sampling import PowerWindow, Sampler
@@ -47,6 +48,9 @@ class ControllerConfig:
     """Every tunable of the controller. Times are device-clock seconds."""
 
     policy: Policy = Policy.HYBRID
+    # Advise: profile, predict and log the recommended config, but never touch a clock (not even a reset), so a
+    # read-only device suffices. Probing needs clock changes, so the recommendation is the model's pick.
+    advise: bool = False
     objective: Objective = Objective.ENERGY
     max_slowdown: float = 0.05  # against the phase's own baseline at reference clocks
     # Measurement windows: a whole number of (expected) periods, at least min_window_s.
@@ -90,6 +94,8 @@ class ControllerConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.max_slowdown < 10.0:
             raise ValueError(f"max_slowdown must be in [0, 10), got {self.max_slowdown}")
+        if self.advise and self.policy is Policy.SEARCH:
+            raise ValueError("advise mode recommends the model's pick: it needs the hybrid or prediction policy")
         if self.window_periods < 10:
             raise ValueError("window_periods must be >= 10 (period detection needs ~10 cycles)")
         if self.min_window_s <= 0 or self.max_window_s < self.min_window_s:
@@ -188,7 +194,8 @@ class Controller:
         self._fallback_reason: str | None = None
         self._held_predicted_time_ratio: float | None = None
         # The first step resets the clocks: a lock left behind by another process must not pose as the reference.
-        self._reset_pending = True
+        self._reset_pending = not self.config.advise
+        self.advised: Clocks | None = None  # advise mode: the config it would set (None: the reference)
 
     # --- public API -------------------------------------------------------------------------------------------
 
@@ -220,6 +227,11 @@ class Controller:
                 self._settle_until_s = self._now() + self.config.settle_s
                 self._reset_pending = False
             return handlers[self.state]()
+        except SleepInterruptedError:
+            # The owner asked us to stop (e.g. SIGTERM in the daemon) while we waited: a normal, clean stop.
+            decision = self.stop("stop requested while measuring")
+            assert decision is not None
+            return decision
         except BaseException as exc:
             self._fail(exc)
             raise
@@ -233,8 +245,9 @@ class Controller:
         """Reset the clocks and stop. Idempotent (None when already stopped)."""
         if self.state is State.STOPPED:
             return None
-        self._device.reset_clocks()
-        self._record_clock_change(None)
+        if not self.config.advise:
+            self._device.reset_clocks()
+            self._record_clock_change(None)
         return self._decide("stop", State.STOPPED, reason)
 
     def __enter__(self) -> Controller:
@@ -274,8 +287,9 @@ class Controller:
         """Reset the clocks whatever went wrong, log it, stop."""
         reset_error = ""
         try:
-            self._device.reset_clocks()
-            self._record_clock_change(None)
+            if not self.config.advise:
+                self._device.reset_clocks()
+                self._record_clock_change(None)
         except Exception as reset_exc:  # the GPU may be gone: still log and stop
             reset_error = f"; resetting the clocks failed too: {type(reset_exc).__name__}: {reset_exc}"
         try:
@@ -294,6 +308,8 @@ class Controller:
             clocks = None
         if clocks == self._locked:
             return False
+        if self.config.advise:  # unreachable by design; a bug here must not become a clock write
+            raise RuntimeError(f"advise mode tried to set clocks {clocks}")
         if clocks is None:
             self._device.reset_clocks()
         else:
@@ -440,6 +456,16 @@ class Controller:
                 self._phase = record.index
                 # Keep the fresh baseline (power drifts as the GPU warms) but the config found before.
                 self.phases[record.index] = replace(record, baseline=baseline)
+                if self.config.advise:
+                    self.advised = record.clocks
+                    return self._enter_hold(
+                        None,
+                        (1.0, 1.0),
+                        "known_phase",
+                        f"phase {record.index} seen before: advise {record.clocks or self.reference} MHz again; "
+                        "clocks left unchanged",
+                        {**info, "advised": record.clocks or self.reference},
+                    )
                 return self._enter_hold(
                     record.clocks,
                     (record.measured_time_ratio, record.measured_energy_ratio),
@@ -500,7 +526,7 @@ class Controller:
             # bias shared by every config, so it is divided out.
             time_ratio = time_ratio / time_ratio[self._ref_index]
             energy_ratio = time_ratio * power_ratio / power_ratio[self._ref_index]
-            if cfg.policy is Policy.PREDICTION:
+            if cfg.policy is Policy.PREDICTION or cfg.advise:
                 search = PredictedPick(time_ratio, energy_ratio, cfg.objective, cfg.max_slowdown)
             else:
                 search = RefineSearch(
@@ -629,6 +655,18 @@ class Controller:
         fields.update(predicted_time_ratio=exp_time, predicted_energy_ratio=exp_energy)
         self._search = None
         self._probe = None
+        if self.config.advise:
+            self.advised = clocks
+            fields["advised"] = self._grid[best]
+            sm, mem = self._grid[best]
+            return self._enter_hold(
+                None,
+                (1.0, 1.0),
+                "advise",
+                f"advise: would set SM {sm} / memory {mem} MHz (predicted time x{exp_time:.3f}, energy "
+                f"x{exp_energy:.3f}); clocks left unchanged",
+                fields,
+            )
         what = "measured" if measured[0] is not None else "predicted, not measured"
         return self._enter_hold(
             clocks, measured, event, f"{reason}: holding {self._grid[best]} MHz ({what})", fields, exp_time

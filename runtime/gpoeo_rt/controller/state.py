@@ -46,6 +46,8 @@ LOG_KEYS: tuple[str, ...] = (
     "measured_energy_ratio",  # measured energy per iteration / baseline
     "predicted_time_ratio",  # the (job-calibrated) model's prediction for the config concerned
     "predicted_energy_ratio",
+    "advised_sm_clock_mhz",  # advise mode: the config it would set (null: not advising)
+    "advised_mem_clock_mhz",
     "reason",  # human-readable why
 )
 
@@ -76,6 +78,7 @@ class Decision:
     measured_energy_ratio: float | None = None
     predicted_time_ratio: float | None = None
     predicted_energy_ratio: float | None = None
+    advised: tuple[int, int] | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: exactly LOG_KEYS, NaN as null."""
@@ -95,6 +98,8 @@ class Decision:
             "measured_energy_ratio": _json_float(self.measured_energy_ratio, 5),
             "predicted_time_ratio": _json_float(self.predicted_time_ratio, 5),
             "predicted_energy_ratio": _json_float(self.predicted_energy_ratio, 5),
+            "advised_sm_clock_mhz": None if self.advised is None else int(self.advised[0]),
+            "advised_mem_clock_mhz": None if self.advised is None else int(self.advised[1]),
             "reason": self.reason,
         }
 

@@ -6,6 +6,7 @@ Importing this package does not import pynvml: the NVML backend loads it when a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from gpoeo_rt.device.base import (
     PolledReading,
     PowerSamples,
 )
-from gpoeo_rt.device.clock import Clock, SimClock, WallClock
+from gpoeo_rt.device.clock import Clock, SimClock, SleepInterruptedError, StoppableClock, WallClock
 from gpoeo_rt.device.errors import (
     ClockWriteNotAllowedError,
     GPUError,
@@ -29,6 +30,7 @@ from gpoeo_rt.device.errors import (
     GPUNotFoundError,
     GPUNotSupportedError,
 )
+from gpoeo_rt.device.group import GroupGPU
 from gpoeo_rt.device.nvml import NVMLGPU
 from gpoeo_rt.device.simulated import SimConfig, SimulatedGPU, SimulationTruth
 from gpoeo_rt.device.workload import (
@@ -63,6 +65,7 @@ __all__ = [
     "GPUNotSupportedError",
     "GPUReader",
     "GPUSpec",
+    "GroupGPU",
     "IdleWorkload",
     "OperatingPoint",
     "PolledReading",
@@ -71,6 +74,8 @@ __all__ = [
     "SimConfig",
     "SimulatedGPU",
     "SimulationTruth",
+    "SleepInterruptedError",
+    "StoppableClock",
     "SweepRangeError",
     "SweepWorkload",
     "WallClock",
@@ -92,12 +97,14 @@ def open_gpu(
     sim_config: SimConfig | None = None,
     clock: SimClock | None = None,
     nvml: Any | None = None,
+    lock_state_path: str | Path | None = None,
 ) -> GPU:
     """Open GPU `index`: the real one through NVML, or, with `simulate`, a simulated GPU running that workload
     (a preset name or schedule string for `parse_schedule`, a Workload, or [(start_s, Workload), ...]).
 
     Clock writes are refused unless `allow_clock_writes=True`, on both backends. `nvml` injects a pynvml-like
-    module (tests pass a fake); `seed`, `spec`, `sim_config` and `clock` configure the simulation.
+    module (tests pass a fake); `seed`, `spec`, `sim_config` and `clock` configure the simulation, and
+    `lock_state_path` makes a simulated GPU's clock lock outlive the process, as a real GPU's does.
     """
     if simulate is None:
         return NVMLGPU(index, allow_clock_writes=allow_clock_writes, nvml=nvml)
@@ -110,4 +117,5 @@ def open_gpu(
         seed=seed,
         allow_clock_writes=allow_clock_writes,
         index=index,
+        lock_state_path=lock_state_path,
     )

@@ -426,3 +426,16 @@ class NVMLGPU(GPU):
             self._initialised = False
             with contextlib.suppress(GPUError):  # nothing useful to do if shutdown fails
                 self._call("shut NVML down", "nvmlShutdown")
+
+
+def nvml_device_count(nvml: Any | None = None) -> int:
+    """How many GPUs NVML sees (read-only; initialises and shuts NVML down around the query)."""
+    module = nvml if nvml is not None else _import_pynvml()
+    try:
+        module.nvmlInit()
+        try:
+            return int(module.nvmlDeviceGetCount())
+        finally:
+            module.nvmlShutdown()
+    except module.NVMLError as exc:
+        raise GPUNotFoundError(f"cannot count GPUs through NVML: {exc}") from exc

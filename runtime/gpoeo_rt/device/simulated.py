@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -203,6 +206,7 @@ class SimulatedGPU(GPU):
         allow_clock_writes: bool = False,
         index: int = 0,
         name: str | None = None,
+        lock_state_path: str | Path | None = None,
     ) -> None:
         schedule = list(workload) if isinstance(workload, Sequence) else [(0.0, workload)]
         if not schedule or schedule[0][0] != 0.0:
@@ -224,9 +228,14 @@ class SimulatedGPU(GPU):
             f"simulated {getattr(self._workloads[0], 'sku', '')}".strip() if measured else self._spec.name
         )
         default = (self._table.default_sm_mhz, self._table.default_mem_mhz)
+        # Real clock locks outlive the process that set them (the reason gpoeo keeps a state file). With a
+        # lock_state_path the simulated GPU does the same: its lock is stored there and found by the next process.
+        self._lock_state_path = Path(lock_state_path) if lock_state_path is not None else None
+        self._locked = self._read_lock_state()
+        start_clocks = self._locked or default
         # Clock events: (effective time, sm, mem), in order; effective = set time + settle delay.
         self._clock_event_t: list[float] = [-math.inf]
-        self._clock_event_val: list[tuple[int, int]] = [default]
+        self._clock_event_val: list[tuple[int, int]] = [start_clocks]
         self.clock_writes: list[tuple[float, int, int]] = []  # (set time, sm, mem) for tests
         self.stats = SimStats()
         self._ops: dict[_Regime, OperatingPoint] = {}
@@ -297,6 +306,34 @@ class SimulatedGPU(GPU):
         self._clock_event_t.append(t_eff)
         self._clock_event_val.append((sm, mem))
 
+    def _read_lock_state(self) -> tuple[int, int] | None:
+        path = self._lock_state_path
+        if path is None or not path.exists():
+            return None
+        try:
+            locked = json.loads(path.read_text())["locked"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: not a simulated GPU lock state file ({exc})") from exc
+        if locked is None:
+            return None
+        sm, mem = int(locked[0]), int(locked[1])
+        if not self._table.contains(sm, mem):
+            raise ValueError(f"{path}: locked clocks {sm}/{mem} MHz are not in {self._name}'s clock table")
+        return sm, mem
+
+    def _write_lock_state(self, locked: tuple[int, int] | None) -> None:
+        path = self._lock_state_path
+        if path is None:
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"locked": None if locked is None else list(locked)}))
+        os.replace(tmp, path)
+
+    @property
+    def locked_clocks(self) -> tuple[int, int] | None:
+        """The lock in place (None: the driver's default behaviour), as the hardware would report it."""
+        return self._locked
+
     def lock_clocks(self, sm_clock_mhz: int, mem_clock_mhz: int) -> None:
         if not self._allow_clock_writes:
             raise ClockWriteNotAllowedError(
@@ -307,6 +344,8 @@ class SimulatedGPU(GPU):
                 f"SM {sm_clock_mhz} / memory {mem_clock_mhz} MHz is not a supported clock pair of {self._name}"
             )
         self._schedule_clocks(int(sm_clock_mhz), int(mem_clock_mhz))
+        self._locked = (int(sm_clock_mhz), int(mem_clock_mhz))
+        self._write_lock_state(self._locked)
 
     def reset_clocks(self) -> None:
         if not self._allow_clock_writes:
@@ -314,6 +353,8 @@ class SimulatedGPU(GPU):
                 f"refusing to reset clocks on simulated GPU {self._index}: opened with allow_clock_writes=False"
             )
         self._schedule_clocks(self._table.default_sm_mhz, self._table.default_mem_mhz)
+        self._locked = None
+        self._write_lock_state(None)
 
     # --- the model ---
 

@@ -1,0 +1,165 @@
+"""The daemon's settings: defaults, overridden by a TOML file, then by GPOEO_RT_* environment variables, then by
+command-line flags. Every setting has the same name in all three (flag `--max-slowdown`, key `max_slowdown`,
+variable `GPOEO_RT_MAX_SLOWDOWN`). Unknown keys and bad values are errors that name where they came from."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+# The values of gpoeo_rt.search.objectives.Objective and gpoeo_rt.controller.state.Policy (a test keeps them equal):
+# not imported, so that `gpoeo-rt status` does not pay for numpy.
+OBJECTIVES = ("energy", "edp", "ed2p")
+POLICIES = ("hybrid", "prediction", "search")
+ENV_PREFIX = "GPOEO_RT_"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used, with where it came from."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    gpus: str = "all"  # "all" or NVML indices "0,2"
+    group: str | None = None  # "0,1,2,3": one lockstep decision for these GPUs (one data-parallel job)
+    objective: str = "energy"
+    max_slowdown: float = 0.05
+    policy: str = "hybrid"
+    advise: bool = False  # decide and log, never set clocks
+    simulate: str | None = None  # run against a simulated GPU running this workload (preset, schedule, sweep)
+    sim_seconds: float = 1800.0  # with simulate: stop after this much simulated job time
+    sim_speed: float | None = None  # with simulate: simulated seconds per real second (None: as fast as possible)
+    sim_gpus: int = 1  # with simulate: how many simulated GPUs
+    bundles: str | None = None  # model bundle directory (default: $GPOEO_BUNDLES, the shipped models/)
+    run_dir: str = "/run/gpoeo-rt"  # sockets and per-GPU lock files
+    state_dir: str = "/var/lib/gpoeo-rt"  # clock state files (survive the process) and decision logs
+    socket_group: str | None = None  # group allowed to control the daemon (default: root only)
+    restart_backoff_s: float = 30.0  # after a controller error (clocks reset), wait this long, then start afresh
+    max_restarts: int = 5  # consecutive failed restarts of one GPU's controller before giving it up
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
+        if self.policy not in POLICIES:
+            raise ConfigError(f"policy {self.policy!r}: expected one of {', '.join(POLICIES)}")
+        if not 0.0 <= self.max_slowdown < 1.0:
+            raise ConfigError(f"max_slowdown {self.max_slowdown}: expected a fraction in [0, 1), e.g. 0.05 for 5%")
+        if self.sim_seconds <= 0:
+            raise ConfigError(f"sim_seconds {self.sim_seconds}: must be > 0")
+        if self.sim_speed is not None and self.sim_speed <= 0:
+            raise ConfigError(f"sim_speed {self.sim_speed}: must be > 0")
+        if self.sim_gpus < 1:
+            raise ConfigError(f"sim_gpus {self.sim_gpus}: must be >= 1")
+        if self.restart_backoff_s < 0 or self.max_restarts < 0:
+            raise ConfigError("restart_backoff_s and max_restarts must be >= 0")
+        parse_gpu_list(self.gpus, "gpus", allow_all=True)
+        if self.group is not None:
+            group = parse_gpu_list(self.group, "group", allow_all=False)
+            if group is not None and len(group) < 2:
+                raise ConfigError(f"group {self.group!r}: a lockstep group needs at least two GPUs")
+
+    def gpu_indices(self, available: int) -> list[int]:
+        """The NVML indices to manage (the group's when a group is set)."""
+        chosen = parse_gpu_list(self.group if self.group is not None else self.gpus, "gpus", allow_all=True)
+        indices = list(range(available)) if chosen is None else chosen
+        missing = [i for i in indices if not 0 <= i < available]
+        if missing:
+            raise ConfigError(f"GPU index {missing[0]} does not exist: {available} GPU(s) present")
+        return indices
+
+
+def parse_gpu_list(text: str, what: str, *, allow_all: bool) -> list[int] | None:
+    """'all' -> None; '0,2' -> [0, 2]."""
+    if allow_all and text.strip() == "all":
+        return None
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(f"{what} {text!r}: expected 'all' or GPU indices like 0,2") from None
+    if not values or any(v < 0 for v in values) or len(set(values)) != len(values):
+        raise ConfigError(f"{what} {text!r}: expected distinct non-negative GPU indices like 0,2")
+    return values
+
+
+_FIELDS = {f.name: f for f in fields(DaemonConfig)}
+
+
+def _convert(name: str, raw: Any, where: str) -> Any:
+    """A value from TOML (typed) or the environment (text) as the field's type."""
+    kind = str(_FIELDS[name].type)
+    if raw is None:
+        return None
+    try:
+        if kind.startswith("bool"):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+        if kind.startswith("float"):
+            if isinstance(raw, bool):
+                raise ValueError("expected a number")
+            return float(raw)
+        if kind.startswith("int"):
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError("expected an integer")
+            return int(raw)
+        return str(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {name} = {raw!r}: {exc}") from None
+
+
+def load_config(
+    file: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> DaemonConfig:
+    """Defaults < TOML file < environment < overrides (command-line flags; None values are ignored)."""
+    values: dict[str, Any] = {}
+    if file is not None:
+        path = Path(file)
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        section = data.get("gpoeo-rt", data)  # a [gpoeo-rt] table, or keys at the top level
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: [gpoeo-rt] must be a table")
+        for key, raw in section.items():
+            name = key.replace("-", "_")
+            if name not in _FIELDS:
+                raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(_FIELDS))})")
+            values[name] = _convert(name, raw, str(path))
+    env = os.environ if environ is None else environ
+    for key, raw in env.items():
+        if not key.startswith(ENV_PREFIX):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name not in _FIELDS:
+            raise ConfigError(f"environment variable {key}: unknown setting (known: {', '.join(sorted(_FIELDS))})")
+        values[name] = _convert(name, raw, f"environment variable {key}")
+    for name, raw in (overrides or {}).items():
+        if raw is None:
+            continue
+        if name not in _FIELDS:
+            raise ConfigError(f"unknown setting {name!r}")
+        values[name] = raw
+    try:
+        return DaemonConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def config_summary(config: DaemonConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
