@@ -121,6 +121,14 @@ def main(
     window: Annotated[float, typer.Option(min=0.1, help="Seconds per measurement window.")] = 10.0,
     repeats: Annotated[int, typer.Option(min=1, help="Windows per config (their spread is stored).")] = 3,
     timing: Annotated[str, typer.Option(help="auto | markers | period.")] = "auto",
+    startup: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds a user command gets to start before its first config (built-in workloads: the most "
+            "to wait for their first step marker).",
+        ),
+    ] = 120.0,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
     list_workloads: Annotated[
         bool,
@@ -195,7 +203,10 @@ def main(
         try:
             from gpoeo_rt.device import open_gpu
 
-            backend = DeviceBackend(open_gpu(gpu, allow_clock_writes=writes), commands)
+            builtins = frozenset(commands) - ({name or f"cmd/{Path(command[0]).name}"} if command else set())
+            backend = DeviceBackend(
+                open_gpu(gpu, allow_clock_writes=writes), commands, marker_workloads=builtins, startup_s=startup
+            )
         except GPUError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from exc

@@ -126,9 +126,19 @@ class Backend(Protocol):
 class DeviceBackend:
     """One GPU (NVML, or an injected one) running workloads as processes (`commands`: workload -> argv)."""
 
-    def __init__(self, gpu: GPU, commands: dict[str, list[str]], work_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        gpu: GPU,
+        commands: dict[str, list[str]],
+        work_dir: Path | None = None,
+        *,
+        marker_workloads: frozenset[str] = frozenset(),
+        startup_s: float = 300.0,
+    ) -> None:
         self._gpu = gpu
         self._commands = commands
+        self._marker_workloads = marker_workloads  # these write markers (built-ins): start-up ends at the first
+        self._startup_s = startup_s
         self._tmp = tempfile.TemporaryDirectory(prefix="gpoeo-collect-") if work_dir is None else None
         self._work_dir = work_dir if work_dir is not None else Path(self._tmp.name)  # type: ignore[union-attr]
 
@@ -136,7 +146,15 @@ class DeviceBackend:
         return self._gpu
 
     def start(self, workload: str) -> tuple[GPU, WorkloadRun]:
-        return self._gpu, ProcessRun(workload, self._commands[workload], self._work_dir)
+        run = ProcessRun(
+            workload,
+            self._commands[workload],
+            self._work_dir,
+            clock=self._gpu.clock,
+            startup_s=self._startup_s,
+            wait_for_marker=workload in self._marker_workloads,
+        )
+        return self._gpu, run
 
     def close(self) -> None:
         try:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpoeo_pipeline.collect.store import CollectError
-from gpoeo_rt.device import SimulatedGPU
+from gpoeo_rt.device import Clock, SimulatedGPU, WallClock
 
 MARKERS_ENV = "GPOEO_STEP_MARKERS"
 FloatArray = npt.NDArray[np.float64]
@@ -71,6 +72,9 @@ class ProcessRun:
         *,
         env: Mapping[str, str] | None = None,
         max_restarts: int = 100,
+        clock: Clock | None = None,
+        startup_s: float = 30.0,
+        wait_for_marker: bool = False,
     ) -> None:
         if not argv:
             raise CollectError(f"workload {name}: empty command")
@@ -85,6 +89,9 @@ class ProcessRun:
         self.starts = 0
         self._offset = 0  # bytes of the markers file already parsed
         self._ends: list[float] = []
+        self._clock: Clock = clock if clock is not None else WallClock()
+        self._startup_s = startup_s
+        self._wait_for_marker = wait_for_marker
 
     def ensure_running(self) -> None:
         if self._proc is not None:
@@ -103,6 +110,27 @@ class ProcessRun:
                 self.argv, stdout=log, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
             )
         self.starts += 1
+        self._wait_started()
+
+    def _wait_started(self) -> None:
+        """Start-up (imports, CUDA init, model build) must not count as warm-up at the first config: a workload
+        that writes markers is started once its first marker appears; any other after `startup_s`."""
+        if not self._wait_for_marker:
+            self._clock.sleep(self._startup_s)
+            return
+        before = len(self._ends)
+        deadline = self._clock.now_s() + self._startup_s
+        while self._clock.now_s() < deadline:
+            self.iteration_ends(-math.inf, math.inf)
+            if len(self._ends) > before:
+                return
+            if self._proc is not None and self._proc.poll() is not None:
+                break
+            self._clock.sleep(0.5)
+        raise CollectError(
+            f"workload {self.name}: no step marker within {self._startup_s:g} s of starting {self.argv}; last "
+            "output:\n" + self._log_tail()
+        )
 
     def _log_tail(self, n: int = 2000) -> str:
         try:

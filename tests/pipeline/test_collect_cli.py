@@ -14,6 +14,8 @@ from gpoeo_pipeline.collect.runs import MARKERS_ENV, ProcessRun
 from gpoeo_pipeline.collect.store import CollectError
 from gpoeo_pipeline.collect.workloads import BUILTINS, parse_spec, run, workload_id
 from gpoeo_pipeline.sources import gpoeo_collect
+from gpoeo_rt.device import NVMLGPU, SimClock
+from tests.runtime.fake_nvml import FakeNVML
 
 FAST = ["--settle", "0.5", "--warmup", "1", "--window", "3", "--repeats", "2", "--no-progress"]
 
@@ -99,7 +101,7 @@ def test_a_user_command_is_timed_by_the_markers_it_writes(tmp_path: Path) -> Non
         "    for i in range(10):\n"
         "        f.write(f'{100.0 + 0.25 * i}\\n')\n"
     )
-    proc_run = ProcessRun("cmd/train.py", [sys.executable, "-c", script], tmp_path)
+    proc_run = ProcessRun("cmd/train.py", [sys.executable, "-c", script], tmp_path, clock=SimClock(), startup_s=0)
     proc_run.ensure_running()
     assert proc_run._proc is not None
     assert proc_run._proc.wait(timeout=60) == 0
@@ -111,9 +113,39 @@ def test_a_user_command_is_timed_by_the_markers_it_writes(tmp_path: Path) -> Non
 
 
 def test_a_failing_user_command_is_reported_with_its_output(tmp_path: Path) -> None:
-    proc_run = ProcessRun("cmd/x", [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], tmp_path)
+    argv = [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]
+    proc_run = ProcessRun("cmd/x", argv, tmp_path, clock=SimClock(), startup_s=0)
     proc_run.ensure_running()
     assert proc_run._proc is not None
     proc_run._proc.wait(timeout=60)
     with pytest.raises(CollectError, match=r"(?s)status 3.*boom"):
         proc_run.ensure_running()
+
+
+def test_a_workload_that_never_writes_a_marker_is_reported(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "print('no markers here')"]
+    proc_run = ProcessRun("cnn/x", argv, tmp_path, clock=SimClock(), startup_s=5, wait_for_marker=True)
+    with pytest.raises(CollectError, match="no step marker within 5 s"):
+        proc_run.ensure_running()
+    proc_run.stop()
+
+
+def test_cli_reference_only_opens_the_real_gpu_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNVML(root=True)  # root: a clock write would go through, so none may be attempted
+    opened: list[dict[str, object]] = []
+
+    def fake_open_gpu(index: int = 0, **kwargs: object) -> NVMLGPU:
+        opened.append({"index": index, **kwargs})
+        allow = bool(kwargs.get("allow_clock_writes", False))
+        return NVMLGPU(index, allow_clock_writes=allow, nvml=fake, clock=fake, monotonic_s=fake.now_s)
+
+    monkeypatch.setattr("gpoeo_rt.device.open_gpu", fake_open_gpu)
+    out = tmp_path / "h200-reference"
+    args = ["--reference-only", "--sku", "h200", "--out", str(out), "--startup", "0", "--timing", "markers", *FAST]
+    result = CliRunner().invoke(app, [*args, "--", sys.executable, "-c", "pass"])
+    # The command writes no step markers, so its one config fails (exit 3); what matters is what NVML saw.
+    assert result.exit_code == 3, result.output
+    assert "0 step marker(s)" in result.output
+    assert opened == [{"index": 0, "allow_clock_writes": False}]
+    assert fake.writes() == [] and fake.initialised == 0
+    assert (out / "collect.json").exists() and not (out / "clock-lock.json").exists()
