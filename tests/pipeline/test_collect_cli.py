@@ -149,3 +149,10 @@ def test_cli_reference_only_opens_the_real_gpu_read_only(tmp_path: Path, monkeyp
     assert opened == [{"index": 0, "allow_clock_writes": False}]
     assert fake.writes() == [] and fake.initialised == 0
     assert (out / "collect.json").exists() and not (out / "clock-lock.json").exists()
+
+
+def test_cli_progress_bar_counts_configs_and_shows_an_eta(tmp_path: Path) -> None:
+    args = ["--simulate", "gpt", "--out", str(tmp_path), "--sm-stride", "60", "--window", "3", "--repeats", "1"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "4/4" in result.output and "ETA" in result.output
