@@ -19,19 +19,22 @@ from gpoeo_pipeline.schema import (
     conform,
     validate_sweeps,
 )
-from gpoeo_pipeline.sources import POWERLIMIT_SOURCES, SWEEP_SOURCES, ParsedSource, load_all
+from gpoeo_pipeline.sources import POWERLIMIT_SOURCES, SWEEP_SOURCES, ParsedSource, Parser, load_all, sweep_parser
 
 
-def parse_sources(raw_root: Path, names: list[str], registry: dict[str, object]) -> list[ParsedSource]:
-    """Run the named parsers over `raw_root/<name>/`; an unknown name is an error that lists the known ones."""
-    unknown = [n for n in names if n not in registry]
+def parse_sources(
+    raw_root: Path, names: list[str], registry: dict[str, Parser], *, recognise: bool = False
+) -> list[ParsedSource]:
+    """Run the named parsers over `raw_root/<name>/`; an unknown name is an error that lists the known ones.
+
+    With `recognise`, a name without a registered parser may be a folder that a known format recognises (a
+    `gpoeo-collect` collection, named after its SKU)."""
+    parsers = {n: registry.get(n) or (sweep_parser(raw_root, n) if recognise else None) for n in names}
+    unknown = [n for n, p in parsers.items() if p is None]
     if unknown:
-        raise KeyError(f"params.yaml ingest: unknown sources {unknown}; known: {sorted(registry)}")
-    parsed = []
-    for name in names:
-        parser = registry[name]
-        parsed.append(parser(raw_root / name))  # type: ignore[operator]
-    return parsed
+        formats = " or a gpoeo-collect folder (with collect.json)" if recognise else ""
+        raise KeyError(f"params.yaml ingest: unknown sources {unknown}; known: {sorted(registry)}{formats}")
+    return [parser(raw_root / name) for name, parser in parsers.items() if parser is not None]
 
 
 def combine(parsed: list[ParsedSource], columns: dict[str, str], key: tuple[str, ...], where: str) -> pd.DataFrame:
@@ -62,7 +65,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     load_all()
 
-    sweeps_parsed = parse_sources(raw_root, list(params["sweep_sources"]), SWEEP_SOURCES)
+    sweeps_parsed = parse_sources(raw_root, list(params["sweep_sources"]), SWEEP_SOURCES, recognise=True)
     sweeps = combine(sweeps_parsed, SWEEP_COLUMNS, ("sku", "workload", "sm_clock_mhz", "mem_clock_mhz"), "sweeps")
     sweeps.to_parquet(out_dir / "sweeps.parquet", index=False)
     sweeps.to_csv(out_dir / "sweeps.csv", index=False)

@@ -29,12 +29,26 @@ Parser = Callable[[Path], ParsedSource]
 # name (= folder under data/raw/) -> parser. Filled in by the source modules' imports below.
 SWEEP_SOURCES: dict[str, Parser] = {}
 POWERLIMIT_SOURCES: dict[str, Parser] = {}
+# Sweep folders recognised by their content rather than their name: (is_it, parser). `gpoeo-collect` writes
+# data/raw/<sku>/ under any name, so listing such a folder in ingest.sweep_sources is enough.
+SWEEP_FORMATS: list[tuple[Callable[[Path], bool], Parser]] = []
+
+
+def sweep_parser(raw_root: Path, name: str) -> Parser | None:
+    """The parser of sweep source `name`: registered by name, else recognised from `raw_root/name`'s files."""
+    if name in SWEEP_SOURCES:
+        return SWEEP_SOURCES[name]
+    for recognises, parser in SWEEP_FORMATS:
+        if recognises(raw_root / name):
+            return parser
+    return None
 
 
 def load_all() -> None:
     """Import every source module so that each registers its parser (kept lazy: importing is cheap then)."""
     from gpoeo_pipeline.sources import (  # noqa: F401
         dlbench,
+        gpoeo_collect,
         gpu_ddvfs,
         nvdvfs,
         nvdvfs_history,
