@@ -481,3 +481,60 @@ def report(
             typer.echo("error: --plot needs matplotlib: pip install 'gpoeo[pipeline]'", err=True)
             raise typer.Exit(1) from exc
         typer.echo(f"wrote {plot}")
+# --- bench (replay benchmark; logic in gpoeo_rt.bench) ---
+
+
+@app.command("bench")
+def bench(
+    sweeps: Annotated[str, typer.Option("--sweeps", help="Sweeps table (normalized schema), .csv or .parquet.")],
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", help="Comma list of default,oracle,gpoeo-rt,sweep,gpoeo-paper,bandit (default all)."),
+    ] = None,
+    sku: Annotated[str | None, typer.Option("--sku", help="Comma list of SKUs to run (default: every SKU).")] = None,
+    max_slowdown: Annotated[float, typer.Option("--max-slowdown", min=0.0, max=1.0)] = 0.05,
+    job_seconds: Annotated[float, typer.Option("--job-seconds", min=60.0, help="Simulated job length.")] = 1800.0,
+    iteration_s: Annotated[float, typer.Option("--iteration-s", min=0.01, help="Iteration at reference.")] = 0.1,
+    json_out: Annotated[str | None, typer.Option("--json", help="Write per-run results and summary here.")] = None,
+    plot_out: Annotated[str | None, typer.Option("--plot", help="Write a PNG comparing the policies.")] = None,
+    metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the summary only (DVC metrics).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 2,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="At most N workloads per SKU (0: all).")] = 0,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    folds_root: Annotated[str, typer.Option("--folds-root", help="Leave-out fold bundles.")] = "data/eval",
+    models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
+    sweep_iterations: Annotated[int, typer.Option("--sweep-iterations", min=2)] = 40,
+    bandit_round_iterations: Annotated[int, typer.Option("--bandit-round-iterations", min=2)] = 25,
+    bandit_exploration: Annotated[float, typer.Option("--bandit-exploration", min=0.0)] = 1.0,
+    bandit_switching_penalty: Annotated[float, typer.Option("--bandit-switching-penalty", min=0.0)] = 0.002,
+) -> None:
+    """Replay benchmark on simulated jobs driven by measured sweeps: gpoeo-rt vs the oracle and baselines."""
+    from gpoeo_rt.bench.command import run_bench_command
+    from gpoeo_rt.bench.runner import BenchInputError
+    from gpoeo_rt.bench.sweeps import SweepsFileError
+
+    try:
+        run_bench_command(
+            sweeps=sweeps,
+            policies=policy,
+            skus=sku,
+            max_slowdown=max_slowdown,
+            job_s=job_seconds,
+            iteration_s=iteration_s,
+            json_out=json_out,
+            plot_out=plot_out,
+            metrics_out=metrics_out,
+            jobs=jobs,
+            limit=limit,
+            seed=seed,
+            folds_root=folds_root,
+            models_root=models_root,
+            sweep_iterations=sweep_iterations,
+            bandit_round_iterations=bandit_round_iterations,
+            bandit_exploration=bandit_exploration,
+            bandit_switching_penalty=bandit_switching_penalty,
+            echo=typer.echo,
+        )
+    except (SweepsFileError, BenchInputError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc

@@ -1,0 +1,3 @@
+"""Replay benchmark: gpoeo-rt against the oracle and the anchors' strategies on simulated jobs driven by measured
+sweeps (`gpoeo-rt bench`). `sweeps` reads the table, `policies` holds the strategies, `runner` runs and scores
+them, `report` summarises and plots."""

@@ -1,0 +1,100 @@
+"""What `gpoeo-rt bench` does, behind the typer command: read, run, summarise, write, plot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from gpoeo_rt.bench.policies import BanditConfig, GpoeoPaperConfig, SweepConfig
+from gpoeo_rt.bench.report import check_targets, format_table, plot, summarize
+from gpoeo_rt.bench.runner import POLICIES, BenchInputError, BenchSettings, results_json, run_bench
+from gpoeo_rt.bench.sweeps import read_sweeps_file
+
+
+def parse_list(text: str | None, what: str, allowed: Sequence[str] | None = None) -> list[str] | None:
+    """A comma-separated option value (None: not given)."""
+    if text is None:
+        return None
+    items = [p.strip() for p in text.split(",") if p.strip()]
+    if not items:
+        raise BenchInputError(f"{what}: empty list")
+    bad = [p for p in items if allowed is not None and p not in allowed]
+    if bad:
+        raise BenchInputError(f"{what}: unknown {', '.join(map(repr, bad))}; choose from {', '.join(allowed or [])}")
+    return items
+
+
+def run_bench_command(
+    *,
+    sweeps: str | Path,
+    policies: str | None,
+    skus: str | None,
+    max_slowdown: float,
+    job_s: float,
+    iteration_s: float,
+    json_out: str | Path | None,
+    plot_out: str | Path | None,
+    metrics_out: str | Path | None = None,
+    jobs: int,
+    limit: int,
+    seed: int,
+    folds_root: str | Path,
+    models_root: str | Path,
+    sweep_iterations: int,
+    bandit_round_iterations: int,
+    bandit_exploration: float,
+    bandit_switching_penalty: float,
+    echo: Callable[[str], None] = print,
+) -> dict[str, bool]:
+    """Run the bench and report; returns the targets check (see report.check_targets)."""
+    chosen = parse_list(policies, "--policy", POLICIES) or list(POLICIES)
+    sku_list = parse_list(skus, "--sku")
+    groups = read_sweeps_file(sweeps, sku_list)
+    settings = BenchSettings(
+        max_slowdown=max_slowdown,
+        job_s=job_s,
+        iteration_s=iteration_s,
+        seed=seed,
+        sweep=replace(SweepConfig(), profile_iterations=sweep_iterations, max_slowdown=max_slowdown),
+        paper=replace(GpoeoPaperConfig(), time_loss_bound=max_slowdown),
+        bandit=replace(
+            BanditConfig(),
+            round_iterations=bandit_round_iterations,
+            exploration=bandit_exploration,
+            switching_penalty=bandit_switching_penalty,
+            max_slowdown=max_slowdown,
+        ),
+    )
+    run = run_bench(
+        groups, chosen, settings, folds_root=Path(folds_root), models_root=Path(models_root), jobs=jobs, limit=limit
+    )
+    summary = summarize(run.results, chosen)
+    targets = check_targets(summary, run.wall_s)
+    n_workloads = len({(r.sku, r.workload) for r in run.results})
+    echo(
+        f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}: "
+        f"{run.wall_s:.1f} s wall with {jobs} process(es) (simulated jobs, not hardware)"
+    )
+    if run.models:
+        echo("models: " + ", ".join(f"{n} workloads: {why}" for why, n in sorted(run.models.items())))
+    echo(format_table(summary))
+    echo("targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))
+    meta = {
+        "sweeps": str(sweeps),
+        "policies": chosen,
+        "settings": json.loads(json.dumps(settings, default=vars)),
+        "simulated": True,
+        "targets": targets,
+    }
+    if json_out is not None:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(results_json(run, summary, meta))
+    if metrics_out is not None:  # the summary without the per-run rows (small enough for `dvc metrics show`)
+        Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
+        compact = {**meta, "wall_s": run.wall_s, "jobs": run.jobs, "models": run.models, "summary": summary}
+        Path(metrics_out).write_text(json.dumps(compact, indent=1))
+    if plot_out is not None:
+        plot(summary, plot_out, max_slowdown)
+    return targets

@@ -1,0 +1,119 @@
+"""Summaries of a bench run: means per (SKU, policy) and over all SKUs, the issue's targets, a text table and a
+PNG (matplotlib, imported only when a plot is asked for)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpoeo_rt.bench.runner import PolicyResult
+
+ALL_SKUS = "all"
+
+
+def summarize(results: Iterable[PolicyResult], policies: Sequence[str]) -> list[dict[str, Any]]:
+    """One row per (sku, policy) and per ("all", policy), policies in the given order."""
+    groups: dict[tuple[str, str], list[PolicyResult]] = defaultdict(list)
+    for r in results:
+        groups[(r.sku, r.policy)].append(r)
+        groups[(ALL_SKUS, r.policy)].append(r)
+    order = {p: i for i, p in enumerate(policies)}
+    rows = []
+    for (sku, policy), rs in sorted(groups.items(), key=lambda kv: (kv[0][0] == ALL_SKUS, kv[0][0], order[kv[0][1]])):
+        saving = statistics.mean(r.saving for r in rs)
+        oracle = statistics.mean(r.oracle_saving for r in rs)
+        converge = [r.converge_s for r in rs]
+        rows.append(
+            {
+                "sku": sku,
+                "policy": policy,
+                "workloads": len(rs),
+                "saving_pct": 100 * saving,
+                "oracle_saving_pct": 100 * oracle,
+                "pct_of_oracle": 100 * saving / oracle if oracle > 0 else None,
+                "regret_pct": 100 * statistics.mean(r.regret for r in rs),
+                "mean_slowdown_pct": 100 * statistics.mean(r.slowdown for r in rs),
+                "max_slowdown_pct": 100 * max(r.slowdown for r in rs),
+                "violations": sum(r.violation for r in rs),
+                "violations_pct": 100 * sum(r.violation for r in rs) / len(rs),
+                "exploration_pct": 100 * statistics.mean(r.exploration_frac for r in rs),
+                "mean_converge_s": statistics.mean(converge),
+                "p95_converge_s": float(np.percentile(converge, 95)),
+                "mean_probes": statistics.mean(r.probes for r in rs),
+            }
+        )
+    return rows
+
+
+def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float) -> dict[str, Any]:
+    """The issue's targets on the all-SKU means: gpoeo-rt >= 90% of the oracle, beats each baseline on saving at
+    equal or lower slowdown, violates the bound on <= 5% of workloads; the bench in <= 300 s."""
+    rows = {r["policy"]: r for r in summary if r["sku"] == ALL_SKUS}
+    out: dict[str, Any] = {"bench_wall_s_le_300": wall_s <= 300.0}
+    ours = rows.get("gpoeo-rt")
+    if ours is None:
+        return out
+    out["gpoeo_rt_pct_of_oracle_ge_90"] = ours["pct_of_oracle"] is not None and ours["pct_of_oracle"] >= 90.0
+    out["gpoeo_rt_violations_le_5pct"] = ours["violations_pct"] <= 5.0
+    for name in ("sweep", "gpoeo-paper", "bandit"):
+        other = rows.get(name)
+        if other is not None:
+            out[f"gpoeo_rt_beats_{name.replace('-', '_')}"] = (
+                ours["saving_pct"] > other["saving_pct"] and ours["mean_slowdown_pct"] <= other["mean_slowdown_pct"]
+            )
+    return out
+
+
+def format_table(summary: Sequence[Mapping[str, Any]]) -> str:
+    head = (
+        f"{'sku':<16}{'policy':>12}{'n':>5}{'save%':>8}{'oracle%':>9}{'of_orc%':>9}{'regret':>8}{'slow%':>7}"
+        f"{'max%':>7}{'viol':>6}{'expl%':>7}{'conv_s':>8}{'p95_s':>8}{'probes':>7}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in summary:
+        of_oracle = f"{r['pct_of_oracle']:.1f}" if r["pct_of_oracle"] is not None else "-"
+        lines.append(
+            f"{r['sku']:<16}{r['policy']:>12}{r['workloads']:>5}{r['saving_pct']:>8.2f}{r['oracle_saving_pct']:>9.2f}"
+            f"{of_oracle:>9}{r['regret_pct']:>8.2f}{r['mean_slowdown_pct']:>7.2f}{r['max_slowdown_pct']:>7.2f}"
+            f"{r['violations']:>6}{r['exploration_pct']:>7.2f}{r['mean_converge_s']:>8.1f}{r['p95_converge_s']:>8.1f}"
+            f"{r['mean_probes']:>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(summary: Sequence[Mapping[str, Any]], path: str | Path, max_slowdown: float) -> None:
+    """Bars per SKU (and all): mean net saving and mean slowdown per policy, with the bound."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise RuntimeError(f"--plot {path}: plotting needs matplotlib (pip install matplotlib)") from exc
+    skus = list(dict.fromkeys(r["sku"] for r in summary))
+    policies = list(dict.fromkeys(r["policy"] for r in summary))
+    by = {(r["sku"], r["policy"]): r for r in summary}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(len(policies), 1)
+    x = np.arange(len(skus))
+    for i, policy in enumerate(policies):
+        for ax, key in zip(axes, ("saving_pct", "mean_slowdown_pct"), strict=True):
+            values = [by[(s, policy)][key] if (s, policy) in by else np.nan for s in skus]
+            ax.bar(x + (i - (len(policies) - 1) / 2) * width, values, width, label=policy)
+    axes[0].set_ylabel("mean energy saving vs default, net of exploration (%)")
+    axes[1].set_ylabel("mean slowdown (%)")
+    axes[1].axhline(100 * max_slowdown, color="k", linestyle="--", linewidth=1, label="bound")
+    for ax in axes:
+        ax.set_xticks(x, skus)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("gpoeo-rt bench: simulated jobs driven by measured sweeps (simulated, not hardware)")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

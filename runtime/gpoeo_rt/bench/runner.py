@@ -1,0 +1,304 @@
+"""Replay benchmark runner: every workload of a sweeps table becomes a simulated job, run under each policy.
+
+Per workload, one SimulatedGPU(SweepWorkload) per policy, all with the same seed (so the same measurement noise and
+iteration jitter), and the default-clock run simulated once and shared. Scores come from the simulator's ground
+truth at the end of the job (`score`); the policies never read it.
+
+Honesty: model-guided policies (gpoeo-rt, gpoeo-paper) get a bundle whose models never saw the workload: its
+leave-one-workload-out fold (`<folds_root>/<sku>/folds/index.json`); for a SKU without per-SKU folds (or a workload
+missing from them), the generic model's leave-one-SKU-out fold (`<folds_root>/generic/folds/index.json`); for a SKU
+the pipeline never saw, the generic bundle itself (`<models_root>/generic`, trained on other SKUs only).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gpoeo_rt.bench.policies import (
+    BanditConfig,
+    BanditPolicy,
+    BenchPolicy,
+    ControllerPolicy,
+    FixedClocks,
+    GpoeoPaperConfig,
+    GpoeoPaperPolicy,
+    StepEnds,
+    SweepConfig,
+    SweepPolicy,
+)
+from gpoeo_rt.bench.sweeps import Groups, Row
+from gpoeo_rt.controller.controller import Controller, ControllerConfig
+from gpoeo_rt.controller.simulate import FOLD_INDEX, Oracle, _predictor, _sim, _Truth, fold_bundles, oracle_for
+from gpoeo_rt.controller.state import Policy
+from gpoeo_rt.device import SimulatedGPU, SweepWorkload
+from gpoeo_rt.search.objectives import Objective
+
+POLICIES: tuple[str, ...] = ("default", "oracle", "gpoeo-rt", "sweep", "gpoeo-paper", "bandit")
+MODEL_POLICIES = frozenset({"gpoeo-rt", "gpoeo-paper"})
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    max_slowdown: float = 0.05
+    job_s: float = 1800.0
+    iteration_s: float = 0.1  # simulated iteration at the reference clocks (sweep sources use different units)
+    seed: int = 0
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    paper: GpoeoPaperConfig = field(default_factory=GpoeoPaperConfig)
+    bandit: BanditConfig = field(default_factory=BanditConfig)
+
+
+@dataclass(frozen=True)
+class BenchTask:
+    sku: str
+    workload: str
+    rows: tuple[Row, ...]
+    policies: tuple[str, ...]
+    settings: BenchSettings
+    bundle: str | None = None  # for the model-guided policies
+    held_out: str | None = None  # what the bundle's manifest must list as held out (the workload or the SKU)
+
+
+@dataclass
+class PolicyResult:
+    sku: str
+    workload: str
+    policy: str
+    bundle: str | None
+    saving: float  # energy per iteration vs the default run, whole job (exploration included)
+    slowdown: float  # default run's iterations / this run's - 1 (same job length)
+    regret: float  # oracle saving - saving
+    violation: bool  # slowdown > the bound
+    oracle_saving: float
+    oracle_slowdown: float
+    oracle_clocks: tuple[int, int]
+    final_clocks: tuple[int, int]
+    converge_s: float  # time of the last clock change
+    exploration_j: float  # energy until converge_s beyond what the final config would have used
+    exploration_frac: float  # of the default run's energy
+    clock_changes: int
+    probes: int
+
+
+class BenchInputError(ValueError):
+    """Bad bench arguments or a missing model (the message names what and where)."""
+
+
+# --- models --------------------------------------------------------------------------------------------------
+
+
+def _fold_index(folds_root: Path, name: str) -> dict[str, Path] | None:
+    if not (folds_root / name / FOLD_INDEX).exists():
+        return None
+    return fold_bundles(folds_root, name)
+
+
+def resolve_bundles(
+    keys: Sequence[tuple[str, str]], folds_root: Path, models_root: Path
+) -> dict[tuple[str, str], tuple[str, str, str | None]]:
+    """(sku, workload) -> (bundle directory, why it is honest, the name its manifest must list as held out),
+    per the module docstring."""
+    generic_folds = _fold_index(folds_root, "generic")
+    out: dict[tuple[str, str], tuple[str, str, str | None]] = {}
+    per_sku: dict[str, dict[str, Path] | None] = {}
+    for sku, workload in keys:
+        if sku not in per_sku:
+            per_sku[sku] = _fold_index(folds_root, sku)
+        folds = per_sku[sku]
+        if folds is not None and workload in folds:
+            out[(sku, workload)] = (str(folds[workload]), "leave-one-workload-out fold", workload)
+        elif generic_folds is not None and sku in generic_folds:
+            out[(sku, workload)] = (str(generic_folds[sku]), "generic leave-one-SKU-out fold", sku)
+        elif folds is None and (models_root / "generic").is_dir():
+            out[(sku, workload)] = (
+                str(models_root / "generic"),
+                "generic bundle (the pipeline never saw this SKU)",
+                None,
+            )
+        else:
+            raise BenchInputError(
+                f"no honest model for {sku}/{workload}: not in {folds_root / sku / FOLD_INDEX}, "
+                f"{folds_root / 'generic' / FOLD_INDEX} has no fold for {sku!r} (run `dvc repro` to build the folds)"
+            )
+    return out
+
+
+# --- one workload --------------------------------------------------------------------------------------------
+
+
+def _step_ends(gpu: SimulatedGPU) -> StepEnds:
+    # The training loop's step-end timestamps (what an on_step_end hook sees), never energy or the model.
+    return lambda since_s: gpu.truth.iterations(since_s).t_s
+
+
+def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle) -> BenchPolicy:
+    s = task.settings
+    ends = _step_ends(gpu)
+    if name == "default":
+        table = gpu.supported_clocks()
+        return FixedClocks(gpu, ends, (table.default_sm_mhz, table.default_mem_mhz), name)
+    if name == "oracle":
+        return FixedClocks(gpu, ends, oracle.clocks, name)
+    if name == "sweep":
+        return SweepPolicy(gpu, ends, s.sweep)
+    if name == "bandit":
+        return BanditPolicy(gpu, ends, s.bandit)
+    if name in MODEL_POLICIES:
+        if task.bundle is None:
+            raise BenchInputError(f"policy {name!r} needs a model bundle for {task.sku}/{task.workload}")
+        predictor = _predictor(Path(task.bundle), task.held_out)
+        if name == "gpoeo-paper":
+            return GpoeoPaperPolicy(gpu, ends, predictor, s.paper)
+        config = ControllerConfig(policy=Policy.HYBRID, objective=Objective.ENERGY, max_slowdown=s.max_slowdown)
+        return ControllerPolicy(gpu, Controller(gpu, predictor=predictor, config=config))
+    raise BenchInputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def score(
+    truth: _Truth,
+    default: _Truth,
+    changes: list[tuple[float, int, int]],
+    reference: tuple[int, int],
+    oracle: Oracle,
+    duration_s: float,
+) -> dict[str, Any]:
+    """Whole-job figures of one run against the default run (both from the simulator's truth)."""
+    e_run, n_run = truth.energy_j(duration_s), truth.iterations(duration_s)
+    e_def, n_def = default.energy_j(duration_s), default.iterations(duration_s)
+    changes = [c for c in changes if c[0] < duration_s]
+    converge_s = changes[-1][0] if changes else 0.0
+    final = (changes[-1][1], changes[-1][2]) if changes else reference
+    e_conv, n_conv = truth.energy_j(converge_s), truth.iterations(converge_s)
+    per_iteration_final = (e_run - e_conv) / max(n_run - n_conv, 1)
+    exploration_j = e_conv - n_conv * per_iteration_final
+    return {
+        "saving": 1.0 - (e_run / n_run) / (e_def / n_def),
+        "slowdown": n_def / n_run - 1.0,
+        "final_clocks": final,
+        "converge_s": converge_s,
+        "exploration_j": exploration_j,
+        "exploration_frac": exploration_j / e_def,
+        "clock_changes": len(changes),
+    }
+
+
+def run_workload(task: BenchTask) -> list[PolicyResult]:
+    s = task.settings
+    workload = SweepWorkload.from_rows(task.rows, iteration_s=s.iteration_s)
+    oracle = oracle_for(workload, Objective.ENERGY, s.max_slowdown)
+    seed = (zlib.crc32(f"{task.sku}/{task.workload}".encode()) + s.seed) % 2**31
+    table = workload.clock_table()
+    reference = (table.default_sm_mhz, table.default_mem_mhz)
+    # The default run is simulated once: it is both the `default` policy and every other run's yardstick.
+    base = _sim(workload, seed, s.job_s)
+    base.clock.advance(s.job_s)
+    default = _Truth(base)
+    results = []
+    for name in task.policies:
+        if name == "default" or (name == "oracle" and oracle.clocks == reference):
+            truth, changes, probes = default, [], 0  # identical to the default run (same seed, same clocks)
+        else:
+            gpu = _sim(workload, seed, s.job_s)
+            policy = make_policy(name, gpu, task, oracle)
+            policy.run(s.job_s)
+            truth, changes, probes = _Truth(gpu), policy.clock_changes, policy.probes
+        scored = score(truth, default, changes, reference, oracle, s.job_s)
+        results.append(
+            PolicyResult(
+                sku=task.sku,
+                workload=task.workload,
+                policy=name,
+                bundle=task.bundle if name in MODEL_POLICIES else None,
+                regret=oracle.saving - scored["saving"],
+                violation=scored["slowdown"] > s.max_slowdown,
+                oracle_saving=oracle.saving,
+                oracle_slowdown=oracle.slowdown,
+                oracle_clocks=oracle.clocks,
+                probes=probes,
+                **scored,
+            )
+        )
+    return results
+
+
+# --- the whole bench -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class BenchRun:
+    results: list[PolicyResult]
+    wall_s: float
+    jobs: int
+    models: dict[str, int]  # how many workloads got each kind of honest model
+
+
+def run_bench(
+    groups: Groups,
+    policies: Sequence[str],
+    settings: BenchSettings,
+    *,
+    folds_root: Path = Path("data/eval"),
+    models_root: Path = Path("models"),
+    jobs: int = 2,
+    limit: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> BenchRun:
+    """Run every (sku, workload) of `groups` (at most `limit` per SKU when > 0) under `policies`."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise BenchInputError(f"unknown policy {', '.join(map(repr, unknown))}; choose from {', '.join(POLICIES)}")
+    keys = sorted(groups)
+    if limit > 0:
+        taken: dict[str, int] = {}
+        kept = []
+        for sku, workload in keys:
+            if taken.get(sku, 0) < limit:
+                taken[sku] = taken.get(sku, 0) + 1
+                kept.append((sku, workload))
+        keys = kept
+    bundles = resolve_bundles(keys, folds_root, models_root) if MODEL_POLICIES & set(policies) else {}
+    models: dict[str, int] = {}
+    for _, why, _ in bundles.values():
+        models[why] = models.get(why, 0) + 1
+    tasks = []
+    for sku, w in keys:
+        bundle, _, held_out = bundles.get((sku, w), (None, "", None))
+        tasks.append(BenchTask(sku, w, tuple(groups[(sku, w)]), tuple(policies), settings, bundle, held_out))
+    t0 = time.perf_counter()
+    results: list[PolicyResult] = []
+    if jobs > 1 and len(tasks) > 1:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            for batch in pool.imap_unordered(run_workload, tasks, chunksize=2):
+                results.extend(batch)
+                if progress:
+                    progress(len(results) // len(policies), len(tasks))
+    else:
+        for task in tasks:
+            results.extend(run_workload(task))
+            if progress:
+                progress(len(results) // len(policies), len(tasks))
+    wall_s = time.perf_counter() - t0
+    order = {p: i for i, p in enumerate(policies)}
+    results.sort(key=lambda r: (r.sku, r.workload, order[r.policy]))
+    return BenchRun(results, wall_s, jobs, models)
+
+
+def results_json(run: BenchRun, summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    payload = {
+        **meta,
+        "wall_s": run.wall_s,
+        "jobs": run.jobs,
+        "models": run.models,
+        "summary": summary,
+        "runs": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(r).items()} for r in run.results],
+    }
+    return json.dumps(payload, indent=1, default=lambda o: float(o) if isinstance(o, np.floating) else str(o))
