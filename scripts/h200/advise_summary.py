@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Summarise scripts/h200/validate_advise.sh output: detected period vs the job's true iteration time per phase,
+the advice logged, the daemon's CPU, RSS and status latency, and the throughput impact of the interleaved pairs.
+
+Usage: advise_summary.py OUT_DIR   (prints a report and writes OUT_DIR/summary.json)
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+SKIP_S = 3.0  # the first seconds of a phase (warm-up) do not count toward its true period
+RESOLVABLE_S = 0.040
+
+
+def iterations(path: Path) -> list[tuple[float, int]]:
+    with path.open() as fh:
+        return [(float(r["t_s"]), int(r["phase"])) for r in csv.DictReader(fh)]
+
+
+def true_periods(rows: list[tuple[float, int]]) -> dict[int, float]:
+    out = {}
+    for phase in sorted({p for _, p in rows}):
+        t = [ts for ts, p in rows if p == phase]
+        t = [x for x in t if x >= t[0] + SKIP_S] or t
+        diffs = [b - a for a, b in itertools.pairwise(t)]
+        if diffs:
+            out[phase] = statistics.median(diffs)
+    return out
+
+
+def phase_at(rows: list[tuple[float, int]], t_s: float) -> int | None:
+    before = [p for ts, p in rows if ts <= t_s]
+    return before[-1] if before else None
+
+
+def job_summary(d: Path) -> dict[str, Any]:
+    rows = iterations(d / "iterations.csv")
+    truth = true_periods(rows)
+    decisions = [json.loads(x) for x in (d / "state" / "decisions-gpu0.jsonl").read_text().splitlines() if x.strip()]
+    detected: dict[int, list[float]] = {}
+    for r in decisions:
+        if r["event"] in ("baseline", "known_phase") and r["period_s"]:
+            phase = phase_at(rows, r["t_s"])
+            if phase is not None:
+                detected.setdefault(phase, []).append(r["period_s"])
+    phases = []
+    for phase, true_s in truth.items():
+        got = detected.get(phase, [])
+        err = [g / true_s - 1.0 for g in got]
+        phases.append(
+            {
+                "phase": phase,
+                "true_period_ms": true_s * 1e3,
+                "detected_period_ms": [g * 1e3 for g in got],
+                "max_abs_error_pct": max((abs(e) * 100 for e in err), default=None),
+                "resolvable": true_s >= RESOLVABLE_S,
+                "ok": (bool(err) and max(abs(e) for e in err) <= 0.02) if true_s >= RESOLVABLE_S else not got,
+            }
+        )
+    advice = [r for r in decisions if r.get("advised_sm_clock_mhz") is not None]
+    fallbacks = [r for r in decisions if r["event"] == "fallback_reference"]
+    status = json.loads((d / "status.json").read_text()) if (d / "status.json").exists() else {}
+    cpu = json.loads((d / "daemon_cpu.json").read_text()) if (d / "daemon_cpu.json").exists() else {}
+    times = [float(x) for x in (d / "status_time.txt").read_text().split()] if (d / "status_time.txt").exists() else []
+    return {
+        "job": d.name,
+        "phases": phases,
+        "advice": [
+            {
+                "t_s": r["t_s"],
+                "sm_mhz": r["advised_sm_clock_mhz"],
+                "mem_mhz": r["advised_mem_clock_mhz"],
+                "predicted_time_ratio": r["predicted_time_ratio"],
+                "predicted_energy_ratio": r["predicted_energy_ratio"],
+            }
+            for r in advice
+        ],
+        "fallbacks": len(fallbacks),
+        "writes_in_log": sum(bool(r["locked"]) for r in decisions),
+        "daemon_cpu_pct": 100.0 * cpu["cpu_s"] / cpu["wall_s"] if cpu else None,
+        "daemon_rss_mb": status.get("rss_mb"),
+        "status_s": times,
+    }
+
+
+def throughput(path: Path) -> float:
+    rows = iterations(path)
+    t = [ts for ts, _ in rows]
+    t = [x for x in t if x >= t[0] + 10.0]
+    return (len(t) - 1) / (t[-1] - t[0])
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    report: dict[str, Any] = {"jobs": [], "pairs": []}
+    for d in sorted((out / "jobs").glob("*")) if (out / "jobs").is_dir() else []:
+        report["jobs"].append(job_summary(d))
+    pair_dirs = out / "pairs"
+    if pair_dirs.is_dir():
+        for i in sorted({p.name.split("-")[0] for p in pair_dirs.iterdir()}, key=int):
+            off, on = (
+                throughput(pair_dirs / f"{i}-off" / "iterations.csv"),
+                throughput(pair_dirs / f"{i}-on" / "iterations.csv"),
+            )
+            extra = job_summary(pair_dirs / f"{i}-on")
+            report["pairs"].append(
+                {
+                    "pair": int(i),
+                    "off_it_s": off,
+                    "on_it_s": on,
+                    "impact_pct": 100.0 * (1.0 - on / off),
+                    "daemon_cpu_pct": extra["daemon_cpu_pct"],
+                    "daemon_rss_mb": extra["daemon_rss_mb"],
+                }
+            )
+        if report["pairs"]:
+            report["median_impact_pct"] = statistics.median(p["impact_pct"] for p in report["pairs"])
+    (out / "summary.json").write_text(json.dumps(report, indent=2))
+    for job in report["jobs"]:
+        print(f"{job['job']}: cpu {job['daemon_cpu_pct']:.2f}% rss {job['daemon_rss_mb']} MB, status {job['status_s']}")
+        for ph in job["phases"]:
+            print(
+                f"  phase {ph['phase']}: true {ph['true_period_ms']:.2f} ms, detected {ph['detected_period_ms']}, "
+                f"max err {ph['max_abs_error_pct']}, resolvable {ph['resolvable']}, ok {ph['ok']}"
+            )
+        for a in job["advice"]:
+            print(
+                f"  advice at {a['t_s']:.1f}: SM {a['sm_mhz']} / mem {a['mem_mhz']} MHz, predicted time x"
+                f"{a['predicted_time_ratio']}, energy x{a['predicted_energy_ratio']}"
+            )
+        print(f"  fallbacks {job['fallbacks']}, locked decisions {job['writes_in_log']}")
+    for p in report["pairs"]:
+        print(
+            f"pair {p['pair']}: off {p['off_it_s']:.3f} it/s, on {p['on_it_s']:.3f} it/s, impact {p['impact_pct']:.2f}%"
+        )
+    if "median_impact_pct" in report:
+        print(f"median throughput impact: {report['median_impact_pct']:.2f}%")
+
+
+if __name__ == "__main__":
+    main()
