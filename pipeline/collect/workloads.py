@@ -11,6 +11,7 @@ synthetic data forever; the runner appends `time.time()` after every synchronize
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -199,7 +200,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name", choices=sorted(BUILTINS))
     parser.add_argument("--size", action="append", default=[], help="key=value (repeatable)")
-    parser.add_argument("--markers", help="append one wall-clock timestamp per finished step to this file")
+    parser.add_argument(
+        "--markers",
+        default=os.environ.get("GPOEO_STEP_MARKERS"),  # how the collector passes it (runs.MARKERS_ENV)
+        help="append one wall-clock timestamp per finished step to this file (default: $GPOEO_STEP_MARKERS)",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps (default: never)")
     args = parser.parse_args(argv)

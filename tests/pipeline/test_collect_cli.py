@@ -156,3 +156,21 @@ def test_cli_progress_bar_counts_configs_and_shows_an_eta(tmp_path: Path) -> Non
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "4/4" in result.output and "ETA" in result.output
+
+
+def test_builtin_runner_takes_the_markers_file_from_the_collectors_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The collector starts built-ins with $GPOEO_STEP_MARKERS only (no --markers flag): they must honour it."""
+    from gpoeo_pipeline.collect import workloads
+
+    seen: dict[str, object] = {}
+
+    def fake_run(name: str, sizes: object, markers: str | None, device: str, steps: int | None = None) -> int:
+        seen["markers"] = markers
+        return 0
+
+    monkeypatch.setattr(workloads, "run", fake_run)
+    monkeypatch.setenv(MARKERS_ENV, str(tmp_path / "m.txt"))
+    workloads.main(["mlp", "--device", "cpu", "--steps", "1"])
+    assert seen["markers"] == str(tmp_path / "m.txt")
