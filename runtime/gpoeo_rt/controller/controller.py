@@ -331,9 +331,8 @@ class Controller:
 
     def _window_for(self, period_s: float) -> float:
         cfg = self.config
-        return window_for_periods(
-            period_s, cfg.window_periods, min_window_s=cfg.min_window_s, max_window_s=cfg.max_window_s
-        )
+        floor_s = max(cfg.min_window_s, self._window_floor_s)
+        return window_for_periods(period_s, cfg.window_periods, min_window_s=floor_s, max_window_s=cfg.max_window_s)
 
     @staticmethod
     def _power(window: PowerWindow) -> float:
@@ -367,6 +366,9 @@ class Controller:
     def _start_profiling(self) -> None:
         self._prof_prev: tuple[_Measured, PowerWindow] | None = None
         self._prof_window_s = self.config.first_window_s
+        # Short periods (a few 50 Hz samples each) need longer windows than 20 periods: profiling lengthens its
+        # window until a period holds, and every later window of the phase is at least that long.
+        self._window_floor_s = 0.0
         self._prof_failures = 0
         self._prof_counters: list[dict[str, float]] = []
 
@@ -394,7 +396,8 @@ class Controller:
                     return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
-            self._prof_window_s = self._window_for(est.period_s)
+            lengthened = self._prof_window_s > cfg.first_window_s  # an earlier window was too short: keep its length
+            self._prof_window_s = max(self._prof_window_s if lengthened else 0.0, self._window_for(est.period_s))
             return self._decide(
                 "period_candidate",
                 State.PROFILING,
@@ -410,6 +413,14 @@ class Controller:
             suggested = est.suggested_window_s or 2.0 * self._prof_window_s
             self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
             return self._decide("longer_window", State.PROFILING, est.message, **info)
+        if self._prof_window_s < cfg.max_window_s:
+            self._prof_window_s = min(cfg.max_window_s, 2.0 * self._prof_window_s)
+            return self._decide(
+                "no_period",
+                State.PROFILING,
+                f"{est.verdict.value}: {est.message}; next window {self._prof_window_s:g} s",
+                **info,
+            )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
 
     def _on_baseline(
@@ -423,6 +434,8 @@ class Controller:
         config; a new one is searched."""
         (m1, w1), (m2, w2) = first, second
         assert m1.period_s is not None and m2.period_s is not None
+        if self._prof_window_s > self.config.first_window_s:
+            self._window_floor_s = min(m1.window_s, m2.window_s)
         weights = (m1.window_s, m2.window_s)
         period = float(np.average([m1.period_s, m2.period_s], weights=weights))
         # Both windows as one, for precision (every ratio is relative to this period). The two already agree, so
