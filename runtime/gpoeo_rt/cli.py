@@ -244,6 +244,12 @@ def start(
     socket_group: Annotated[
         str | None, typer.Option("--socket-group", help="Group allowed to control the daemon (default: root).")
     ] = None,
+    prometheus_port: Annotated[
+        int | None, typer.Option("--prometheus-port", help="Serve Prometheus metrics on this port (off by default).")
+    ] = None,
+    prometheus_addr: Annotated[
+        str | None, typer.Option("--prometheus-addr", help="Address for the metrics (default 127.0.0.1).")
+    ] = None,
 ) -> None:
     """Run the daemon in the foreground until SIGTERM/SIGINT or `gpoeo-rt stop`; clocks are always given back."""
     from gpoeo_rt.daemon.daemon import Daemon
@@ -266,6 +272,8 @@ def start(
         run_dir=run_dir,
         state_dir=state_dir,
         socket_group=socket_group,
+        prometheus_port=prometheus_port,
+        prometheus_addr=prometheus_addr,
     )
     daemon = Daemon(cfg, say=lambda line: typer.echo(line, err=True))
     try:
@@ -273,7 +281,7 @@ def start(
     except AlreadyRunningError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from exc
-    except (GPUError, BundleError, ValueError, OSError) as exc:
+    except (GPUError, BundleError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     _print_summary(daemon.status())
@@ -481,6 +489,8 @@ def report(
             typer.echo("error: --plot needs matplotlib: pip install 'gpoeo[pipeline]'", err=True)
             raise typer.Exit(1) from exc
         typer.echo(f"wrote {plot}")
+
+
 # --- bench (replay benchmark; logic in gpoeo_rt.bench) ---
 
 

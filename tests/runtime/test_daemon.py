@@ -372,3 +372,29 @@ def test_status_command_imports_no_numpy() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_prometheus_endpoint_is_off_by_default_and_loopback_when_on(tmp_path: Path, bundles: Path) -> None:
+    import urllib.request
+
+    assert DaemonConfig().prometheus_port is None and DaemonConfig().prometheus_addr == "127.0.0.1"
+    daemon = Daemon(
+        _cfg(tmp_path, bundles, sim_speed=100.0, sim_seconds=1e6, prometheus_port=0),
+        say=lambda s: None,
+        install_signals=False,
+    )
+    thread = threading.Thread(target=daemon.run)
+    thread.start()
+    try:
+        _wait_until_serving(tmp_path)
+        for _ in range(2000):
+            if daemon.prometheus_port:
+                break
+            threading.Event().wait(0.005)
+        with urllib.request.urlopen(f"http://127.0.0.1:{daemon.prometheus_port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        assert 'gpoeo_locked{gpus="0"' in text and "gpoeo_decisions_total" in text
+        assert daemon._exporter.server_address[0] == "127.0.0.1"
+    finally:
+        daemon.request_stop()
+        thread.join()

@@ -41,6 +41,8 @@ class DaemonConfig:
     socket_group: str | None = None  # group allowed to control the daemon (default: root only)
     restart_backoff_s: float = 30.0  # after a controller error (clocks reset), wait this long, then start afresh
     max_restarts: int = 5  # consecutive failed restarts of one GPU's controller before giving it up
+    prometheus_port: int | None = None  # serve Prometheus metrics on this port (needs prometheus-client)
+    prometheus_addr: str = "127.0.0.1"  # loopback unless asked otherwise
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -57,6 +59,8 @@ class DaemonConfig:
             raise ConfigError(f"sim_gpus {self.sim_gpus}: must be >= 1")
         if self.restart_backoff_s < 0 or self.max_restarts < 0:
             raise ConfigError("restart_backoff_s and max_restarts must be >= 0")
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
+            raise ConfigError(f"prometheus_port {self.prometheus_port}: expected a TCP port (0-65535)")
         parse_gpu_list(self.gpus, "gpus", allow_all=True)
         if self.group is not None:
             group = parse_gpu_list(self.group, "group", allow_all=False)

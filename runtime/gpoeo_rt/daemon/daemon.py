@@ -111,6 +111,8 @@ class Daemon:
         self._locks: list[GPULock] = []
         self.workers: list[Worker] = []
         self._server: ControlServer | None = None
+        self._exporter: Any = None
+        self.prometheus_port: int | None = None
         self._started_unix_s = time.time()
         self._sim_clock: SimClock | None = None
         self._sim_end_s: float | None = None
@@ -349,6 +351,15 @@ class Daemon:
                         self.config.run_dir, self.handle, socket_group=self.config.socket_group
                     )
                     self._server.start()
+                if self.config.prometheus_port is not None:
+                    from gpoeo_rt.daemon.metrics import start_exporter
+
+                    self._exporter, self.prometheus_port = start_exporter(
+                        self.status, self.config.prometheus_port, self.config.prometheus_addr
+                    )
+                    self._say(
+                        f"gpoeo-rt: Prometheus metrics on http://{self.config.prometheus_addr}:{self.prometheus_port}/"
+                    )
                 for worker in self.workers:
                     mode = "advise" if worker.advise else "control"
                     self._say(
@@ -371,6 +382,9 @@ class Daemon:
                     self._retry_reset(worker)
                 if self._server is not None:
                     self._server.close()
+                if self._exporter is not None:
+                    self._exporter.shutdown()
+                    self._exporter.server_close()
                 for worker in self.workers:
                     for gpu in worker.managed:
                         with contextlib.suppress(Exception):
