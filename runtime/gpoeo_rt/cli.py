@@ -505,6 +505,15 @@ def bench(
     max_slowdown: Annotated[float, typer.Option("--max-slowdown", min=0.0, max=1.0)] = 0.05,
     job_seconds: Annotated[float, typer.Option("--job-seconds", min=60.0, help="Simulated job length.")] = 1800.0,
     iteration_s: Annotated[float, typer.Option("--iteration-s", min=0.01, help="Iteration at reference.")] = 0.1,
+    clock_grid: Annotated[
+        str,
+        typer.Option(
+            "--clock-grid",
+            help="Clocks of the simulated GPU: 'measured' (the sweep's) or 'fine' (every --sm-step-mhz between the "
+            "measured min and max, interpolated).",
+        ),
+    ] = "measured",
+    sm_step_mhz: Annotated[int, typer.Option("--sm-step-mhz", min=1, help="SM step of the fine grid.")] = 15,
     json_out: Annotated[str | None, typer.Option("--json", help="Write per-run results and summary here.")] = None,
     plot_out: Annotated[str | None, typer.Option("--plot", help="Write a PNG comparing the policies.")] = None,
     metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the summary only (DVC metrics).")] = None,
@@ -531,6 +540,8 @@ def bench(
             max_slowdown=max_slowdown,
             job_s=job_seconds,
             iteration_s=iteration_s,
+            clock_grid=clock_grid,
+            sm_step_mhz=sm_step_mhz,
             json_out=json_out,
             plot_out=plot_out,
             metrics_out=metrics_out,

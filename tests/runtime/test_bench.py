@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from gpoeo_rt.bench.harness import held_out_predictor, job_gpu, oracle_for
 from gpoeo_rt.bench.policies import (
     BanditConfig,
     BanditPolicy,
@@ -19,10 +21,9 @@ from gpoeo_rt.bench.policies import (
     SweepConfig,
     SweepPolicy,
 )
-from gpoeo_rt.bench.runner import BenchSettings, _step_ends, run_bench
+from gpoeo_rt.bench.runner import BenchInputError, BenchSettings, _step_ends, run_bench
 from gpoeo_rt.bench.sweeps import SweepsFileError, read_sweeps_file
 from gpoeo_rt.cli import app
-from gpoeo_rt.controller.simulate import _predictor, _sim, oracle_for
 from gpoeo_rt.device import SweepWorkload
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.search.objectives import Objective
@@ -70,7 +71,7 @@ def _write_csv(path: Path, rows: list[dict[str, object]]) -> Path:
 
 def _gpu(rows: list[dict[str, object]], duration_s: float = 600.0, seed: int = 3):  # type: ignore[no-untyped-def]
     workload = SweepWorkload.from_rows(rows, iteration_s=0.1)
-    return workload, _sim(workload, seed, duration_s)
+    return workload, job_gpu(workload, seed, duration_s)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,7 @@ def test_gpoeo_paper_searches_the_memory_clock_first_then_golden_section_on_the_
 ) -> None:
     rows = _rows("memory/kernel/input0", 0.4, mems=(700.0, 800.0, 877.0))
     workload, gpu = _gpu(rows)
-    predictor = _predictor(folds_root / "sim-gpu" / "folds" / "fold0", "memory/kernel/input0")
+    predictor = held_out_predictor(folds_root / "sim-gpu" / "folds" / "fold0", "memory/kernel/input0")
     policy = GpoeoPaperPolicy(gpu, _step_ends(gpu), predictor, GpoeoPaperConfig(gear_mhz=15.0))
     policy.run(600.0)
     trace = policy.trace
@@ -215,6 +216,47 @@ def test_model_free_policies_need_no_fold_bundles(tmp_path: Path) -> None:
     )
     assert [r.policy for r in run.results] == ["default", "sweep"]
     assert run.models == {}
+
+
+def test_the_fine_clock_grid_gives_every_policy_the_same_interpolated_table(tmp_path: Path) -> None:
+    rows = _rows("memory/kernel/input0", 0.3)
+    fine = BenchSettings(job_s=400.0, clock_grid="fine", sm_step_mhz=15)
+    workload = fine.workload(rows)
+    table = workload.clock_table()
+    sms = table.sm_clocks_mhz(877)
+    # 15 MHz steps between the measured min and max (like an H200's), plus the measured clocks themselves
+    assert set(sms) == set(range(600, 1501, 15)) | {int(sm) for sm in SM}
+    # The truth between measured clocks is the interpolation of the neighbours (time and power).
+    t_lo, p_lo = workload.time_power(600.0, 877.0)
+    t_hi, p_hi = workload.time_power(700.0, 877.0)
+    t_mid, p_mid = workload.time_power(645.0, 877.0)
+    assert t_mid == pytest.approx(0.55 * t_lo + 0.45 * t_hi) and p_mid == pytest.approx(0.55 * p_lo + 0.45 * p_hi)
+    # The oracle is the best config of that table within the bound: at least as good as the measured clocks' best.
+    oracle = oracle_for(workload, Objective.ENERGY, 0.05)
+    measured = oracle_for(BenchSettings().workload(rows), Objective.ENERGY, 0.05)
+    assert oracle.clocks in set(table.pairs()) and oracle.slowdown <= 0.05
+    assert oracle.saving >= measured.saving
+    brute = min((e, c) for c, (t, e) in oracle.table.items() if t <= 1.05)
+    assert oracle.clocks == brute[1]
+    # Every policy runs on that table: Zeus's sweep visits its every SM clock (exhaustive here).
+    run = run_bench(
+        {("sim-gpu", "memory/kernel/input0"): rows},
+        ["default", "oracle", "sweep"],
+        replace(fine, sweep=SweepConfig(prune_factor=0.0)),
+        folds_root=tmp_path,
+        jobs=1,
+    )
+    by = {r.policy: r for r in run.results}
+    assert by["sweep"].probes == len(sms)
+    assert by["oracle"].final_clocks == oracle.clocks and by["oracle"].oracle_clocks == oracle.clocks
+    assert by["sweep"].final_clocks in set(table.pairs())
+
+
+def test_bad_clock_grid_settings_are_refused() -> None:
+    with pytest.raises(BenchInputError, match="clock grid 'coarse'"):
+        BenchSettings(clock_grid="coarse")
+    with pytest.raises(BenchInputError, match="SM step"):
+        BenchSettings(clock_grid="fine", sm_step_mhz=0)
 
 
 @pytest.mark.parametrize(

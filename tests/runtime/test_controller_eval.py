@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpoeo_rt.controller.simulate import fold_bundles, main, oracle_for, read_sweeps
+from gpoeo_rt.bench.harness import fold_bundles, held_out_predictor, oracle_for
+from gpoeo_rt.controller.simulate import main, read_sweeps
 from gpoeo_rt.device import SweepWorkload
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.search.objectives import Objective
@@ -95,9 +96,7 @@ def test_the_oracle_is_the_best_measured_config_within_the_bound(setup: Path) ->
 def test_a_fold_bundle_that_saw_the_workload_is_refused(setup: Path, tmp_path: Path) -> None:
     bundles = fold_bundles(setup / "folds_root", "sim-gpu")
     assert bundles["memory/kernel/input0"].name == "fold0"
-    from gpoeo_rt.controller.simulate import _predictor
-
     with pytest.raises(ValueError, match="saw it"):
-        _predictor(bundles["memory/kernel/input0"], "compute/kernel/input0")
+        held_out_predictor(bundles["memory/kernel/input0"], "compute/kernel/input0")
     with pytest.raises(FileNotFoundError, match="dvc repro"):
         fold_bundles(tmp_path, "sim-gpu")

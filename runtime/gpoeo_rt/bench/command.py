@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpoeo_rt.bench.policies import BanditConfig, GpoeoPaperConfig, SweepConfig
 from gpoeo_rt.bench.report import check_targets, format_table, plot, summarize
-from gpoeo_rt.bench.runner import POLICIES, BenchInputError, BenchSettings, results_json, run_bench
+from gpoeo_rt.bench.runner import CLOCK_GRIDS, POLICIES, BenchInputError, BenchSettings, results_json, run_bench
 from gpoeo_rt.bench.sweeps import read_sweeps_file
 
 
@@ -34,6 +34,8 @@ def run_bench_command(
     max_slowdown: float,
     job_s: float,
     iteration_s: float,
+    clock_grid: str = "measured",
+    sm_step_mhz: int = 15,
     json_out: str | Path | None,
     plot_out: str | Path | None,
     metrics_out: str | Path | None = None,
@@ -50,6 +52,10 @@ def run_bench_command(
 ) -> dict[str, bool]:
     """Run the bench and report; returns the targets check (see report.check_targets)."""
     chosen = parse_list(policies, "--policy", POLICIES) or list(POLICIES)
+    if clock_grid not in CLOCK_GRIDS:
+        raise BenchInputError(f"--clock-grid: unknown {clock_grid!r}; choose from {', '.join(CLOCK_GRIDS)}")
+    if sm_step_mhz < 1:
+        raise BenchInputError(f"--sm-step-mhz: {sm_step_mhz} must be >= 1")
     sku_list = parse_list(skus, "--sku")
     groups = read_sweeps_file(sweeps, sku_list)
     settings = BenchSettings(
@@ -57,6 +63,8 @@ def run_bench_command(
         job_s=job_s,
         iteration_s=iteration_s,
         seed=seed,
+        clock_grid=clock_grid,
+        sm_step_mhz=sm_step_mhz,
         sweep=replace(SweepConfig(), profile_iterations=sweep_iterations, max_slowdown=max_slowdown),
         paper=replace(GpoeoPaperConfig(), time_loss_bound=max_slowdown),
         bandit=replace(
@@ -73,8 +81,9 @@ def run_bench_command(
     summary = summarize(run.results, chosen)
     targets = check_targets(summary, run.wall_s)
     n_workloads = len({(r.sku, r.workload) for r in run.results})
+    grid = "measured SM clocks" if clock_grid == "measured" else f"fine SM grid ({sm_step_mhz} MHz steps)"
     echo(
-        f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}: "
+        f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}, {grid}: "
         f"{run.wall_s:.1f} s wall with {jobs} process(es) (simulated jobs, not hardware)"
     )
     if run.models:

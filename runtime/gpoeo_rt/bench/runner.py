@@ -2,7 +2,7 @@
 
 Per workload, one SimulatedGPU(SweepWorkload) per policy, all with the same seed (so the same measurement noise and
 iteration jitter), and the default-clock run simulated once and shared. Scores come from the simulator's ground
-truth at the end of the job (`score`); the policies never read it.
+truth at the end of the job (`harness.score_job`); the policies never read it.
 
 Honesty: model-guided policies (gpoeo-rt, gpoeo-paper) get a bundle whose models never saw the workload: its
 leave-one-workload-out fold (`<folds_root>/<sku>/folds/index.json`); for a SKU without per-SKU folds (or a workload
@@ -23,6 +23,16 @@ from typing import Any
 
 import numpy as np
 
+from gpoeo_rt.bench.harness import (
+    FOLD_INDEX,
+    JobTruth,
+    Oracle,
+    fold_bundles,
+    held_out_predictor,
+    job_gpu,
+    oracle_for,
+    score_job,
+)
 from gpoeo_rt.bench.policies import (
     BanditConfig,
     BanditPolicy,
@@ -37,13 +47,19 @@ from gpoeo_rt.bench.policies import (
 )
 from gpoeo_rt.bench.sweeps import Groups, Row
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
-from gpoeo_rt.controller.simulate import FOLD_INDEX, Oracle, _predictor, _sim, _Truth, fold_bundles, oracle_for
 from gpoeo_rt.controller.state import Policy
 from gpoeo_rt.device import SimulatedGPU, SweepWorkload
 from gpoeo_rt.search.objectives import Objective
 
 POLICIES: tuple[str, ...] = ("default", "oracle", "gpoeo-rt", "sweep", "gpoeo-paper", "bandit")
 MODEL_POLICIES = frozenset({"gpoeo-rt", "gpoeo-paper"})
+# The simulated GPU's clock table: the sweep's measured clocks, or every `sm_step_mhz` between each memory clock's
+# measured min and max SM clock (like an H200's 15 MHz steps), time and power interpolated between measured clocks.
+CLOCK_GRIDS: tuple[str, ...] = ("measured", "fine")
+
+
+class BenchInputError(ValueError):
+    """Bad bench arguments or a missing model (the message names what and where)."""
 
 
 @dataclass(frozen=True)
@@ -52,9 +68,22 @@ class BenchSettings:
     job_s: float = 1800.0
     iteration_s: float = 0.1  # simulated iteration at the reference clocks (sweep sources use different units)
     seed: int = 0
+    clock_grid: str = "measured"  # one of CLOCK_GRIDS; every policy and the oracle get the same table
+    sm_step_mhz: int = 15  # the fine grid's SM step
     sweep: SweepConfig = field(default_factory=SweepConfig)
     paper: GpoeoPaperConfig = field(default_factory=GpoeoPaperConfig)
     bandit: BanditConfig = field(default_factory=BanditConfig)
+
+    def __post_init__(self) -> None:
+        if self.clock_grid not in CLOCK_GRIDS:
+            raise BenchInputError(f"clock grid {self.clock_grid!r}: choose from {', '.join(CLOCK_GRIDS)}")
+        if self.sm_step_mhz < 1:
+            raise BenchInputError(f"SM step of the fine clock grid: {self.sm_step_mhz} MHz must be >= 1")
+
+    def workload(self, rows: Sequence[Row]) -> SweepWorkload:
+        """The simulated workload of one sweep, on this bench's clock grid (the same for every policy)."""
+        table = "grid" if self.clock_grid == "fine" else "measured"
+        return SweepWorkload.from_rows(rows, iteration_s=self.iteration_s, table=table, sm_step_mhz=self.sm_step_mhz)
 
 
 @dataclass(frozen=True)
@@ -87,10 +116,6 @@ class PolicyResult:
     exploration_frac: float  # of the default run's energy
     clock_changes: int
     probes: int
-
-
-class BenchInputError(ValueError):
-    """Bad bench arguments or a missing model (the message names what and where)."""
 
 
 # --- models --------------------------------------------------------------------------------------------------
@@ -155,7 +180,7 @@ def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle) -
     if name in MODEL_POLICIES:
         if task.bundle is None:
             raise BenchInputError(f"policy {name!r} needs a model bundle for {task.sku}/{task.workload}")
-        predictor = _predictor(Path(task.bundle), task.held_out)
+        predictor = held_out_predictor(Path(task.bundle), task.held_out)
         if name == "gpoeo-paper":
             return GpoeoPaperPolicy(gpu, ends, predictor, s.paper)
         config = ControllerConfig(policy=Policy.HYBRID, objective=Objective.ENERGY, max_slowdown=s.max_slowdown)
@@ -163,55 +188,27 @@ def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle) -
     raise BenchInputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
-def score(
-    truth: _Truth,
-    default: _Truth,
-    changes: list[tuple[float, int, int]],
-    reference: tuple[int, int],
-    oracle: Oracle,
-    duration_s: float,
-) -> dict[str, Any]:
-    """Whole-job figures of one run against the default run (both from the simulator's truth)."""
-    e_run, n_run = truth.energy_j(duration_s), truth.iterations(duration_s)
-    e_def, n_def = default.energy_j(duration_s), default.iterations(duration_s)
-    changes = [c for c in changes if c[0] < duration_s]
-    converge_s = changes[-1][0] if changes else 0.0
-    final = (changes[-1][1], changes[-1][2]) if changes else reference
-    e_conv, n_conv = truth.energy_j(converge_s), truth.iterations(converge_s)
-    per_iteration_final = (e_run - e_conv) / max(n_run - n_conv, 1)
-    exploration_j = e_conv - n_conv * per_iteration_final
-    return {
-        "saving": 1.0 - (e_run / n_run) / (e_def / n_def),
-        "slowdown": n_def / n_run - 1.0,
-        "final_clocks": final,
-        "converge_s": converge_s,
-        "exploration_j": exploration_j,
-        "exploration_frac": exploration_j / e_def,
-        "clock_changes": len(changes),
-    }
-
-
 def run_workload(task: BenchTask) -> list[PolicyResult]:
     s = task.settings
-    workload = SweepWorkload.from_rows(task.rows, iteration_s=s.iteration_s)
+    workload = s.workload(task.rows)
     oracle = oracle_for(workload, Objective.ENERGY, s.max_slowdown)
     seed = (zlib.crc32(f"{task.sku}/{task.workload}".encode()) + s.seed) % 2**31
     table = workload.clock_table()
     reference = (table.default_sm_mhz, table.default_mem_mhz)
     # The default run is simulated once: it is both the `default` policy and every other run's yardstick.
-    base = _sim(workload, seed, s.job_s)
+    base = job_gpu(workload, seed, s.job_s)
     base.clock.advance(s.job_s)
-    default = _Truth(base)
+    default = JobTruth(base)
     results = []
     for name in task.policies:
         if name == "default" or (name == "oracle" and oracle.clocks == reference):
             truth, changes, probes = default, [], 0  # identical to the default run (same seed, same clocks)
         else:
-            gpu = _sim(workload, seed, s.job_s)
+            gpu = job_gpu(workload, seed, s.job_s)
             policy = make_policy(name, gpu, task, oracle)
             policy.run(s.job_s)
-            truth, changes, probes = _Truth(gpu), policy.clock_changes, policy.probes
-        scored = score(truth, default, changes, reference, oracle, s.job_s)
+            truth, changes, probes = JobTruth(gpu), policy.clock_changes, policy.probes
+        scored = score_job(truth, default, changes, reference, s.job_s)
         results.append(
             PolicyResult(
                 sku=task.sku,

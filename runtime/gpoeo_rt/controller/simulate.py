@@ -37,16 +37,25 @@ from typing import Any
 
 import numpy as np
 
+from gpoeo_rt.bench.harness import (
+    FOLD_INDEX,
+    JobTruth,
+    Oracle,
+    fold_bundles,
+    held_out_predictor,
+    job_gpu,
+    oracle_for,
+    score_job,
+)
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy, State
-from gpoeo_rt.device import SimConfig, SimulatedGPU, SweepWorkload, h200_spec
+from gpoeo_rt.device import SimulatedGPU, SweepWorkload, h200_spec
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
-from gpoeo_rt.search.objectives import Objective, pick_config
+from gpoeo_rt.search.objectives import Objective
 
 DEFAULT_SWEEPS = Path("data/processed/sweeps.csv")
 DEFAULT_FOLDS_ROOT = Path("data/eval")
-FOLD_INDEX = Path("folds/index.json")
 
 
 # --- inputs -----------------------------------------------------------------------------------------------------
@@ -60,45 +69,6 @@ def read_sweeps(path: Path, skus: Sequence[str] | None = None) -> dict[tuple[str
             if skus is None or row["sku"] in skus:
                 groups[(row["sku"], row["workload"])].append(row)
     return dict(groups)
-
-
-def fold_bundles(folds_root: Path, sku: str) -> dict[str, Path]:
-    """workload -> bundle directory whose models never saw it, from `<folds_root>/<sku>/folds/index.json`."""
-    index_path = folds_root / sku / FOLD_INDEX
-    if not index_path.exists():
-        raise FileNotFoundError(
-            f"{index_path}: no leave-out fold index (run `dvc repro` to build the fold bundles, or pass --bundle)"
-        )
-    raw = json.loads(index_path.read_text())
-    # {"key": "workload", "folds": {workload: fold_dir}} (the pipeline's index), or a bare mapping.
-    mapping = raw.get("folds", raw) if isinstance(raw, dict) else None
-    if not isinstance(mapping, dict):
-        raise ValueError(f"{index_path}: expected a JSON object mapping workload -> fold directory")
-    return {str(w): index_path.parent / str(fold) for w, fold in mapping.items()}
-
-
-@dataclass(frozen=True)
-class Oracle:
-    """The best measured config within the bound, from the sweep table (ratios to the ref row)."""
-
-    clocks: tuple[int, int]
-    saving: float
-    slowdown: float
-    table: dict[tuple[int, int], tuple[float, float]]  # clocks -> (time ratio, energy ratio)
-
-
-def oracle_for(workload: SweepWorkload, objective: Objective, max_slowdown: float) -> Oracle:
-    """The best config of the workload's clock table within the bound (measured clocks: the sweep's rows;
-    a `grid` table: the interpolated model the simulator runs), as ratios to the reference clocks."""
-    table = workload.clock_table()
-    clocks = list(table.pairs())
-    t_ref, p_ref = workload.time_power(table.default_sm_mhz, table.default_mem_mhz)
-    tp = np.array([workload.time_power(sm, mem) for sm, mem in clocks])
-    time_ratio = tp[:, 0] / t_ref
-    energy_ratio = tp[:, 0] * tp[:, 1] / (t_ref * p_ref)  # mean power x iteration time, as the simulator makes it
-    best = pick_config(objective, time_ratio, energy_ratio, max_slowdown)
-    ratios = {c: (float(t), float(e)) for c, t, e in zip(clocks, time_ratio, energy_ratio, strict=True)}
-    return Oracle(clocks[best], 1.0 - float(energy_ratio[best]), float(time_ratio[best]) - 1.0, ratios)
 
 
 # --- one run ----------------------------------------------------------------------------------------------------
@@ -129,27 +99,6 @@ class RunResult:
     prediction_ms: float | None = None
 
 
-class _Truth:
-    """Energy and iterations at any time of a finished simulation (the GPU keeps its whole history)."""
-
-    def __init__(self, gpu: SimulatedGPU) -> None:
-        self._gpu = gpu
-        rec = gpu.truth.iterations()
-        self._ends = rec.t_s
-        self._first = int(rec.iteration[0]) - 1 if len(rec) else gpu.truth.iterations_completed
-
-    def energy_j(self, t_s: float) -> float:
-        return self._gpu.truth.energy_j(at_s=t_s)
-
-    def iterations(self, t_s: float) -> int:
-        return self._first + int(np.searchsorted(self._ends, t_s, side="right"))
-
-
-def _sim(workload: SweepWorkload, seed: int, duration_s: float) -> SimulatedGPU:
-    # Keep the whole job's history so energy and iteration counts can be read at any time afterwards.
-    return SimulatedGPU(workload, seed=seed, allow_clock_writes=True, config=SimConfig(history_s=duration_s + 120.0))
-
-
 def run_policy(
     workload: SweepWorkload,
     policy: Policy,
@@ -160,7 +109,7 @@ def run_policy(
     config: ControllerConfig,
 ) -> tuple[SimulatedGPU, Controller, float, float]:
     """Run the controller for duration_s; returns (gpu, controller, steady-state CPU s, steady simulated s)."""
-    gpu = _sim(workload, seed, duration_s)
+    gpu = job_gpu(workload, seed, duration_s)
     controller = Controller(
         gpu, predictor=predictor if policy is not Policy.SEARCH else None, config=_with_policy(config, policy)
     )
@@ -182,51 +131,20 @@ def _with_policy(config: ControllerConfig, policy: Policy) -> ControllerConfig:
 def score(
     gpu: SimulatedGPU,
     controller: Controller,
-    default: _Truth,
+    default: JobTruth,
     oracle: Oracle,
     *,
     duration_s: float,
 ) -> dict[str, Any]:
-    truth = _Truth(gpu)
-    e_run, n_run = truth.energy_j(duration_s), truth.iterations(duration_s)
-    e_def, n_def = default.energy_j(duration_s), default.iterations(duration_s)
-    changes = [c for c in controller.clock_changes if c[0] < duration_s]
-    converge_s = changes[-1][0] if changes else 0.0
-    final = (changes[-1][1], changes[-1][2]) if changes else controller.reference
-    e_conv, n_conv = truth.energy_j(converge_s), truth.iterations(converge_s)
-    after = max(n_run - n_conv, 1)
-    per_iteration_final = (e_run - e_conv) / after
-    exploration_j = e_conv - n_conv * per_iteration_final
-    table = oracle.table.get(final)
-    return {
-        "saving": 1.0 - (e_run / n_run) / (e_def / n_def),
-        "slowdown": n_def / n_run - 1.0,
-        "final_clocks": final,
-        "final_table_saving": 1.0 - table[1] if table else None,
-        "final_table_slowdown": table[0] - 1.0 if table else None,
-        "converge_s": converge_s,
-        "exploration_j": exploration_j,
-        "exploration_frac": exploration_j / e_def,
-        "clock_changes": len(changes),
-    }
+    changes = [(t, sm, mem) for t, sm, mem, _ in controller.clock_changes]
+    scored = score_job(JobTruth(gpu), default, changes, controller.reference, duration_s)
+    table = oracle.table.get(scored["final_clocks"])
+    scored["final_table_saving"] = 1.0 - table[1] if table else None
+    scored["final_table_slowdown"] = table[0] - 1.0 if table else None
+    return scored
 
 
 # --- one workload, all policies ----------------------------------------------------------------------------------
-
-_PREDICTORS: dict[str, Predictor] = {}
-
-
-def _predictor(bundle: Path, workload: str | None = None) -> Predictor:
-    """The bundle's predictor (one per process and bundle: sessions are reused across workloads). With a
-    workload, refuse a fold bundle whose manifest does not list it as held out."""
-    key = str(bundle.resolve())
-    if key not in _PREDICTORS:
-        _PREDICTORS[key] = Predictor(verify_bundle(bundle))
-    predictor = _PREDICTORS[key]
-    held_out = predictor.manifest.raw.get("held_out")
-    if workload is not None and held_out is not None and workload not in held_out:
-        raise ValueError(f"{bundle}: fold bundle does not hold out {workload!r}: its models saw it")
-    return predictor
 
 
 @dataclass(frozen=True)
@@ -253,14 +171,16 @@ def evaluate_workload(task: Task) -> list[RunResult]:
     )
     oracle = oracle_for(workload, objective, task.max_slowdown)
     seed = (zlib.crc32(f"{task.sku}/{task.workload}".encode()) + task.seed) % 2**31
-    base = _sim(workload, seed, task.duration_s)
+    base = job_gpu(workload, seed, task.duration_s)
     base.clock.advance(task.duration_s)
-    default = _Truth(base)
+    default = JobTruth(base)
     results = []
     for name in task.policies:
         policy = Policy(name)
         predictor = (
-            _predictor(Path(task.bundle), task.workload) if task.bundle and policy is not Policy.SEARCH else None
+            held_out_predictor(Path(task.bundle), task.workload)
+            if task.bundle and policy is not Policy.SEARCH
+            else None
         )
         gpu, controller, cpu_s, sim_s = run_policy(
             workload, policy, predictor, seed=seed, duration_s=task.duration_s, config=config
