@@ -146,9 +146,13 @@ class ControlServer:
             if control and self._gid is not None:
                 os.chown(path, -1, self._gid)
             os.chmod(path, mode)
-            thread = threading.Thread(target=server.serve_forever, name=f"gpoeo-rt {name}", daemon=True)
-            thread.start()
             self._servers.append(server)
+        # Serve only once both sockets exist: a client that got a status answer can rely on control.sock too.
+        for server in self._servers:
+            thread = threading.Thread(
+                target=server.serve_forever, name=f"gpoeo-rt {server.server_address}", daemon=True
+            )
+            thread.start()
             self._threads.append(thread)
 
     def close(self) -> None:
