@@ -481,6 +481,8 @@ def report(
             typer.echo("error: --plot needs matplotlib: pip install 'gpoeo[pipeline]'", err=True)
             raise typer.Exit(1) from exc
         typer.echo(f"wrote {plot}")
+
+
 # --- bench (replay benchmark; logic in gpoeo_rt.bench) ---
 
 
