@@ -94,7 +94,7 @@ def test_client_reaches_a_daemon_socket_and_the_kernel_names_the_sender(tmp_path
     server.open()
     try:
         assert oct((tmp_path / "markers.sock").stat().st_mode & 0o777) == "0o666"
-        client = MarkerClient(tmp_path, gpu=0)
+        client = MarkerClient(tmp_path, gpu=0, min_interval_s=0.0)
         t0 = time.time()
         stored = 0
         for _ in range(10):  # the kernel queues few datagrams (net.unix.max_dgram_qlen): drain as the daemon does
@@ -141,12 +141,35 @@ def test_client_without_a_daemon_is_silent_cheap_and_reconnects(
     assert client.sent == 1
 
 
+def test_client_sends_at_most_one_datagram_per_interval_and_the_steps_keep_the_period_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [5000.0]
+    monkeypatch.setattr(client_markers.time, "monotonic", lambda: clock[0])
+    board = MarkerBoard([(0, "u")], lambda: NOW)
+    server = MarkerServer(tmp_path, board)
+    server.open()
+    client = MarkerClient(tmp_path, gpu=0)  # the default 50 ms interval
+    stored = 0
+    try:
+        for k in range(200):  # 10 ms steps
+            clock[0] += 0.01
+            monkeypatch.setattr(client_markers.time, "time", lambda k=k: NOW - 2.0 + 0.01 * k)
+            client.mark()
+            stored += server.drain()
+    finally:
+        server.close()
+    assert client.steps == 200 and client.sent == stored and 38 <= stored <= 41
+    t, seq = board.markers_between([0], NOW - 3, NOW)
+    assert np.all(np.diff(seq) == 5)  # every 5th step, numbered
+    assert (t[-1] - t[0]) / (seq[-1] - seq[0]) == pytest.approx(0.01)
+
+
 def test_client_logs_an_unexpected_error_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     client = MarkerClient(tmp_path / ("x" * 200), gpu=0)  # longer than a Unix socket path may be
-    client._retry_at = -1.0
     with caplog.at_level(logging.WARNING, "gpoeo_rt.client"):
         for _ in range(5):
-            client._retry_at = -1.0
+            client._next_s = -1.0  # as if the retry interval had passed
             client.mark()
     assert len(caplog.records) == 1 and "step markers" in caplog.records[0].getMessage()
 
@@ -161,6 +184,9 @@ def test_mark_step_and_step_use_the_run_dir_from_the_environment(
     server.open()
     try:
         mark_step()
+        assert client_markers._default is not None
+        client_markers._default._min_interval_s = 0.0  # count every step's datagram
+        client_markers._default._next_s = -1.0
 
         @step()
         def train_one() -> None:
@@ -260,6 +286,7 @@ def test_callbacks_mark_one_step_per_batch_and_import_without_their_framework(tm
     try:
         on_lightning = lightning.make_callback(_LightningCallback)(gpu=0, run_dir=tmp_path)
         on_hf = huggingface.make_callback(_TrainerCallback)(gpu=0, run_dir=tmp_path)
+        on_lightning.marker._min_interval_s = on_hf.marker._min_interval_s = 0.0  # count every step's datagram
         for batch in range(3):
             on_lightning.on_train_batch_end(None, None, None, None, batch)
             assert on_hf.on_step_end(None, None, None, model=None) is None  # control flow untouched

@@ -72,7 +72,10 @@ def test_marker_period_survives_a_restarted_counter() -> None:
 
 def test_simulated_markers_follow_the_iterations_with_a_small_delay_whatever_the_query_pattern() -> None:
     gpu_a, gpu_b = _job(0.01, seed=3), _job(0.01, seed=3)
-    a, b = SimulatedStepMarkers(gpu_a, seed=1), SimulatedStepMarkers(gpu_b, seed=1)
+    a, b = (
+        SimulatedStepMarkers(gpu_a, seed=1, min_interval_s=0.0),
+        SimulatedStepMarkers(gpu_b, seed=1, min_interval_s=0.0),
+    )
     gpu_a.clock.advance(10.0)
     t_a, seq_a = a.markers_between(0.0, 10.0)
     parts = []
@@ -87,6 +90,10 @@ def test_simulated_markers_follow_the_iterations_with_a_small_delay_whatever_the
     delay = t_a - np.array([ends[int(s)] for s in seq_a])
     assert 0 < np.median(delay) < 2e-4 and delay.max() < 5e-3
     assert 0.99 * len(truth) <= len(t_a) < len(truth)  # a little loss
+    # Like the client, by default at most one marker per 50 ms, each numbered: every 5th or 6th 10 ms step.
+    capped = SimulatedStepMarkers(gpu_a, seed=1)
+    _, seq_c = capped.markers_between(0.0, 10.0)
+    assert set(np.diff(seq_c)) <= {5, 6, 10, 11, 12} and 150 <= len(seq_c) <= 200
 
 
 def test_subsample_jitter_unaliases_a_10ms_job_and_is_off_by_default() -> None:

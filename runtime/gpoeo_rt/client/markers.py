@@ -9,10 +9,12 @@ Which GPU: an explicit `gpu=` wins; else, when torch is imported and CUDA initia
 (exact); else the single entry of CUDA_VISIBLE_DEVICES; else `-`, which a daemon managing one GPU takes as its own.
 The device is resolved once per client (a process that moves between GPUs should pass `gpu=`).
 
-Cost: without a daemon, a failed connect is retried at most once a second and every other call returns after one
-clock read; with one, a call is one send() on a connected socket. A full socket queue drops the marker (EAGAIN);
-a daemon that went away is reconnected a second later. No exception ever reaches the caller; an unexpected error is
-logged once.
+Cost: every call counts the step and reads a clock; a datagram goes out at most once per `min_interval_s` (50 ms):
+the step counter it carries makes the daemon's period exact however few are sent (it divides the time between two
+markers by the steps between them), so the syscalls stay at <= 20 per second whatever the step rate (a send costs a
+few to tens of microseconds depending on the host). Without a daemon, a failed connect is retried at most once a
+second. A full socket queue drops the datagram (EAGAIN); a daemon that went away is reconnected a second later.
+No exception ever reaches the caller; an unexpected error is logged once.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ PROTOCOL = b"gpoeo-mark1"
 DEFAULT_RUN_DIR = "/run/gpoeo-rt"
 RUN_DIR_ENV = "GPOEO_RT_RUN_DIR"  # the daemon's own setting (see gpoeo_rt.daemon.config)
 RETRY_S = 1.0
+MIN_INTERVAL_S = 0.05  # at most one datagram per this much time; the step counter covers the steps in between
 # No daemon, a stale socket, a busy daemon: normal, silent. Anything else is logged once.
 _QUIET_ERRNOS = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOTDIR})
 
@@ -73,13 +76,20 @@ def _detected_gpu() -> bytes:
 class MarkerClient:
     """Sends step markers for one process. `run_dir` defaults to $GPOEO_RT_RUN_DIR, else /run/gpoeo-rt."""
 
-    def __init__(self, run_dir: str | os.PathLike[str] | None = None, *, gpu: GPU | Iterable[GPU] | None = None):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str] | None = None,
+        *,
+        gpu: GPU | Iterable[GPU] | None = None,
+        min_interval_s: float = MIN_INTERVAL_S,
+    ):
         directory = run_dir if run_dir is not None else os.environ.get(RUN_DIR_ENV) or DEFAULT_RUN_DIR
         self.path = os.path.join(os.fspath(directory), MARKER_SOCKET)
         self._gpus = _token(gpu)
+        self._min_interval_s = min_interval_s
         self._sock: socket.socket | None = None
         self._connected = False
-        self._retry_at = -1.0
+        self._next_s = -1.0  # monotonic time of the next send (or connect attempt)
         self._warned = False
         self.steps = 0  # mark() calls
         self.sent = 0  # datagrams handed to the kernel
@@ -87,6 +97,10 @@ class MarkerClient:
     def mark(self, gpu: GPU | Iterable[GPU] | None = None) -> None:
         """One training step ended. Never raises, never blocks."""
         self.steps += 1
+        now = time.monotonic()
+        if now < self._next_s:
+            return
+        self._next_s = now + self._min_interval_s
         if not self._connected and not self._connect():
             return
         try:
@@ -104,10 +118,6 @@ class MarkerClient:
             self._warn(exc)
 
     def _connect(self) -> bool:
-        now = time.monotonic()
-        if now < self._retry_at:
-            return False
-        self._retry_at = now + RETRY_S
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -127,7 +137,7 @@ class MarkerClient:
                 self._sock.close()
         self._sock = None
         self._connected = False
-        self._retry_at = time.monotonic() + RETRY_S
+        self._next_s = time.monotonic() + RETRY_S
 
     def _warn(self, exc: BaseException) -> None:
         if not self._warned:

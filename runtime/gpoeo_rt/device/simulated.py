@@ -645,7 +645,8 @@ class SimulatedStepMarkers:
     out is only what a real marker channel carries (a timestamp and the sender's step counter), never the truth
     itself. Each marker is stamped at the iteration's end plus a host-side delay (`delay_s` + exponential jitter of
     mean `jitter_s`; a share `hiccup_rate` of them are late by up to `hiccup_s`, a scheduling hiccup), and a share
-    `loss` never arrives (a full socket queue). One thread sends them, so a late one holds back those after it.
+    `loss` never arrives (a full socket queue). One thread sends them, so a late one holds back those after it. Like
+    the client, it sends at most one marker per `min_interval_s` (each carries its step number).
     Deterministic for a seed, whatever the query pattern, as long as
     queries come at least every `SimConfig.history_s`. Implements the sampling layer's MarkerSource.
     """
@@ -660,6 +661,7 @@ class SimulatedStepMarkers:
         hiccup_rate: float = 0.005,
         hiccup_s: float = 2e-3,
         loss: float = 0.001,
+        min_interval_s: float = 0.05,
         keep_s: float = 600.0,
     ) -> None:
         if min(delay_s, jitter_s, hiccup_rate, hiccup_s, loss) < 0 or hiccup_rate > 1 or loss >= 1:
@@ -668,6 +670,8 @@ class SimulatedStepMarkers:
         self._rng = np.random.default_rng([seed, 0x6D61726B])
         self._delay_s, self._jitter_s = delay_s, jitter_s
         self._hiccup_rate, self._hiccup_s, self._loss = hiccup_rate, hiccup_s, loss
+        self._min_interval_s = min_interval_s
+        self._next_send_s = -math.inf
         self._keep_s = keep_s
         self._consumed_s = -math.inf  # iteration ends up to here have been turned into markers
         self._t = np.empty(0, dtype=np.float64)
@@ -681,10 +685,15 @@ class SimulatedStepMarkers:
         u = self._rng.random((n, 4))  # one row per marker: the same draws however the queries split the markers
         delay = self._delay_s - self._jitter_s * np.log1p(-u[:, 0])  # + exponential jitter
         delay += (u[:, 1] < self._hiccup_rate) * u[:, 2] * self._hiccup_s
-        kept = u[:, 3] >= self._loss
         # One thread sends them in turn: a late marker holds back the ones after it (timestamps never go back).
         floor = self._t[-1] if len(self._t) else -math.inf
         t = np.maximum.accumulate(np.maximum(record.t_s + delay, floor))
+        sent = np.zeros(n, dtype=bool)
+        for i, t_i in enumerate(t.tolist()):  # the client's rate cap: sequential by nature
+            if t_i >= self._next_send_s:
+                sent[i] = True
+                self._next_send_s = t_i + self._min_interval_s
+        kept = sent & (u[:, 3] >= self._loss)
         self._t = np.concatenate([self._t, t[kept]])
         self._seq = np.concatenate([self._seq, record.iteration[kept]])
         self._consumed_s = float(record.t_s[-1])
