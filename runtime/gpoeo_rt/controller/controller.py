@@ -398,7 +398,8 @@ class Controller:
         the power signal. `timing` (default: the baseline's source, except while profiling) pins the source:
         within a phase every ratio compares periods of one source (a marked step and a power cycle need not be the
         same thing). Pinned to markers that are missing, the answer is "no period", which the states handle like
-        any other. The estimate's level_w is the windows' mean power (`_window_power`)."""
+        any other. A marker estimate's level_w is the windows' mean power (`_window_power`), as phase-change
+        checks compare it; the signal's is the detector's own."""
         cfg = self.config
         if timing is None and self._baseline is not None and self.state is not State.PROFILING:
             timing = self._baseline.timing  # profiling finds the (new) phase's source afresh
@@ -417,10 +418,8 @@ class Controller:
                 # level_w is the window's power, which phase-change checks compare.
                 return replace(marked, level_w=self._window_power(windows, marked.period_s))
         if detector is not None:
-            est = detect_period(t_s, power_w, config=detector)
-        else:
-            est = detect_period(t_s, power_w, min_period_s=min_period_s, max_period_s=max_period_s or cfg.max_period_s)
-        return replace(est, level_w=self._window_power(windows, None))
+            return detect_period(t_s, power_w, config=detector)
+        return detect_period(t_s, power_w, min_period_s=min_period_s, max_period_s=max_period_s or cfg.max_period_s)
 
     def _has_markers(self, window: PowerWindow) -> bool:
         """Enough step markers in this window to time it by them."""
@@ -640,7 +639,7 @@ class Controller:
         parts = [*self._probe_parts, window]
         est = self._estimate(parts, min_period_s=lo, max_period_s=hi)
         span_s = sum(w.duration_s for w in parts)
-        power = est.level_w
+        power = self._window_power(parts, est.period_s if est.timing == MARKERS else None)
         info: dict[str, Any] = {
             "window_s": span_s,
             "period_s": est.period_s,

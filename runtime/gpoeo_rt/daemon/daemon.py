@@ -365,13 +365,14 @@ class Daemon:
             try:
                 self._setup()
                 if self._serve:
+                    assert self.marker_board is not None
+                    # Markers first: once status answers, every socket is there.
+                    self._marker_server = MarkerServer(self.config.run_dir, self.marker_board)
+                    self._marker_server.start()
                     self._server = ControlServer(
                         self.config.run_dir, self.handle, socket_group=self.config.socket_group
                     )
                     self._server.start()
-                    assert self.marker_board is not None
-                    self._marker_server = MarkerServer(self.config.run_dir, self.marker_board)
-                    self._marker_server.start()
                 for worker in self.workers:
                     mode = "advise" if worker.advise else "control"
                     self._say(
