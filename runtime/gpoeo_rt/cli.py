@@ -236,6 +236,10 @@ def start(
         float | None,
         typer.Option("--sim-speed", help="With --simulate: simulated seconds per real second (default: no pacing)."),
     ] = None,
+    sim_markers: Annotated[
+        bool | None,
+        typer.Option("--sim-markers/--no-sim-markers", help="With --simulate: the simulated job sends step markers."),
+    ] = None,
     bundles: Annotated[str | None, typer.Option("--bundles", help="Model bundle directory.")] = None,
     run_dir: RunDirOption = None,
     state_dir: Annotated[
@@ -268,6 +272,7 @@ def start(
         simulate=simulate,
         sim_seconds=sim_seconds,
         sim_speed=sim_speed,
+        sim_markers=sim_markers,
         bundles=bundles,
         run_dir=run_dir,
         state_dir=state_dir,
@@ -297,7 +302,8 @@ def _print_summary(status: dict[str, Any]) -> None:
     from rich.table import Table
 
     table = Table(title=f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
-    for column in ("GPU", "state", "period", "clocks (SM/mem)", "baseline J/it", "now J/it", "saving", "slowdown"):
+    columns = ("GPU", "state", "period", "timing", "clocks (SM/mem)", "baseline J/it", "now J/it", "saving", "slowdown")
+    for column in columns:
         table.add_column(column)
     for g in status["gpus"]:
         base, now = g["baseline"] or {}, g["now"] or {}
@@ -310,6 +316,7 @@ def _print_summary(status: dict[str, Any]) -> None:
             ",".join(map(str, g["gpus"])),
             g["state"],
             _fmt(now.get("period_s") and now["period_s"] * 1e3, ".1f", " ms"),
+            g.get("timing") or "-",
             clock_text,
             _fmt(base.get("energy_per_iteration_j"), ".3f"),
             _fmt(now.get("energy_per_iteration_j"), ".3f"),
@@ -328,7 +335,8 @@ def status(
     config: ConfigOption = None,
     run_dir: RunDirOption = None,
 ) -> None:
-    """Per GPU: state, detected period, clocks, baseline vs now per iteration, saving so far, slowdown."""
+    """Per GPU: state, detected period and its source (step markers or the power signal), clocks, baseline vs now
+    per iteration, saving so far, slowdown."""
     import json
 
     cfg = _config(config, run_dir=run_dir)

@@ -4,8 +4,11 @@
 Adapted from the shared h200-probe workloads. Writes `t_s,phase,iteration` with wall-clock t_s (time.time()), the
 same time base as NVML's buffered samples and `gpoeo-rt trace record`. It never touches GPU settings.
 
-Usage: train_workload.py SPEC OUT_CSV SECONDS
+Usage: train_workload.py SPEC OUT_CSV SECONDS [MARKERS]
 SPEC: kind[:batch[:stall_ms]] joined by '+' for a phase change halfway, e.g. resnet:512, gpt:16+mlp:65536.
+MARKERS: off (default), on (gpoeo_rt.client.mark_step() after every step), or alternate:BLOCK_S (blocks of BLOCK_S
+seconds without, then with markers, in turn: an in-process interleaved overhead measurement). The `marked` column
+says whether a step sent a marker.
 """
 
 from __future__ import annotations
@@ -77,13 +80,28 @@ BUILDERS: dict[str, Callable[[int], Callable[[], None]]] = {"resnet": resnet, "g
 DEFAULT_BATCH = {"resnet": 128, "gpt": 16, "mlp": 65536}
 
 
+def marking(mode: str) -> Callable[[float], bool]:
+    """Whether a step ending at monotonic time t marks, for the MARKERS argument."""
+    if mode == "off":
+        return lambda t: False
+    if mode == "on":
+        return lambda t: True
+    if mode.startswith("alternate:"):
+        block_s = float(mode.split(":", 1)[1])
+        return lambda t: int(t / block_s) % 2 == 1
+    raise SystemExit(f"MARKERS {mode!r}: expected off, on or alternate:BLOCK_S")
+
+
 def main() -> None:
     spec, out, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    marks = marking(sys.argv[4] if len(sys.argv) > 4 else "off")
+    from gpoeo_rt.client import mark_step  # the runtime's client: no numpy, nothing else
+
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = True
     phases = spec.split("+")
     with open(out, "w") as log:
-        log.write("t_s,phase,iteration\n")
+        log.write("t_s,phase,iteration,marked\n")
         for phase, part in enumerate(phases):
             fields = part.split(":")
             kind = fields[0]
@@ -101,7 +119,11 @@ def main() -> None:
                 if stall_s:
                     time.sleep(stall_s)  # a host-side stall (data loading) inside the iteration
                 iteration += 1
-                log.write(f"{time.time():.6f},{phase},{iteration}\n")
+                t_end = time.time()
+                marked = marks(time.monotonic())
+                if marked:
+                    mark_step()
+                log.write(f"{t_end:.6f},{phase},{iteration},{int(marked)}\n")
     print(f"{spec}: done", flush=True)
 
 

@@ -154,7 +154,9 @@ def test_status_stop_and_set_over_the_sockets(tmp_path: Path, bundles: Path) -> 
         assert oct((run / "control.sock").stat().st_mode & 0o777) == "0o660"
         status = request(run, {"cmd": "status"})["status"]
         assert status["pid"] == os.getpid() and status["gpus"][0]["mode"] == "control"
-        assert status["gpus"][0]["timing"] == "signal"
+        assert oct((run / "markers.sock").stat().st_mode & 0o777) == "0o666"
+        assert status["gpus"][0]["timing"] in (None, "signal")  # membound's 80 ms steps: timed by the power signal
+        assert status["gpus"][0]["markers"] == {"senders": [], "received": 0, "last_marker_age_s": None}
         assert status["rss_mb"] > 0
         # Control commands are refused on the world-readable socket, whoever asks.
         with pytest.raises(ControlError):
@@ -168,6 +170,7 @@ def test_status_stop_and_set_over_the_sockets(tmp_path: Path, bundles: Path) -> 
         daemon.request_stop()
         thread.join()
     assert not (tmp_path / "run" / "control.sock").exists()
+    assert not (tmp_path / "run" / "markers.sock").exists()
 
 
 def _raw(path: Path, payload: dict[str, Any]) -> None:

@@ -22,10 +22,11 @@ FOLD_INDEX = Path("folds/index.json")
 # --- the simulated job and its truth --------------------------------------------------------------------------
 
 
-def job_gpu(workload: SweepWorkload, seed: int, duration_s: float) -> SimulatedGPU:
+def job_gpu(workload: SweepWorkload, seed: int, duration_s: float, *, subsample_jitter: bool = False) -> SimulatedGPU:
     """A clock-writable simulated GPU that keeps the whole job's history, so energy and iteration counts can be
-    read at any time afterwards (`JobTruth`)."""
-    return SimulatedGPU(workload, seed=seed, allow_clock_writes=True, config=SimConfig(history_s=duration_s + 120.0))
+    read at any time afterwards (`JobTruth`). `subsample_jitter`: see SimConfig."""
+    config = SimConfig(history_s=duration_s + 120.0, subsample_jitter=subsample_jitter)
+    return SimulatedGPU(workload, seed=seed, allow_clock_writes=True, config=config)
 
 
 class JobTruth:

@@ -9,8 +9,10 @@ logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
         |--no activity--> IDLE --activity--> PROFILING             |--no activity--> IDLE
     any state --stop() or an exception in step()--> STOPPED (clocks reset)
 
-Measurements: the period (time per iteration) comes from the power samples (detection layer); mean power from
-the buffered samples over whole periods; energy per iteration = mean power x period. Every ratio is against the
+Measurements: the period (time per iteration) comes from the training loop's step markers when it sends them
+(enough of them in the window: `_estimate`), else from the power samples (detection layer); a phase keeps the source
+its baseline was measured with, and every decision logs which one it used (`timing`). Mean power comes from the
+buffered samples over whole periods; energy per iteration = mean power x period. Every ratio is against the
 phase's own baseline at reference clocks (the device's default clocks, reached by resetting them).
 
 The controller talks only to the device interface (GPUReader + ClockController), the sampler, detection,
@@ -30,12 +32,22 @@ import numpy as np
 
 from gpoeo_rt.controller.searchers import DescentSearch, PredictedPick, Search, expected_ratios, unstaircase
 from gpoeo_rt.controller.state import Baseline, Decision, PhaseRecord, Policy, State
-from gpoeo_rt.detection import DetectorConfig, PeriodEstimate, Verdict, detect_period, has_changed, window_for_periods
+from gpoeo_rt.detection import (
+    MARKERS,
+    SIGNAL,
+    DetectorConfig,
+    PeriodEstimate,
+    Verdict,
+    detect_period,
+    has_changed,
+    period_from_markers,
+    window_for_periods,
+)
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SleepInterruptedError
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.prediction.predictor import Predictor
-from gpoeo_rt.sampling import PowerWindow, Sampler
+from gpoeo_rt.sampling import MarkerSource, PowerWindow, Sampler
 from gpoeo_rt.search.objectives import Objective
 from gpoeo_rt.search.refine import RefineSearch
 
@@ -62,6 +74,10 @@ class ControllerConfig:
     max_period_s: float = 10.0  # longer periods are treated as "no period" (GPOEO's aperiodic)
     period_agreement: float = 0.02  # two profiling windows must agree this closely (harmonic locks are rare)
     max_profile_failures: int = 3  # windows without a period before the aperiodic fallback
+    # Step markers give a window's period when at least this many whole iterations were marked and the markers
+    # span this share of the window (else the power signal does, unless the phase's baseline came from markers).
+    min_marker_intervals: int = 10
+    marker_coverage: float = 0.75
     # Search.
     max_probes: int = 6  # probes after the reference (RefineSearch); the descent baseline may take more
     max_descent_probes: int = 12
@@ -131,12 +147,18 @@ class _Measured:
     power_w: float
     estimate: PeriodEstimate
 
+    @property
+    def timing(self) -> str | None:
+        """Where the period came from (None: no period)."""
+        return self.estimate.timing if self.period_s is not None else None
+
 
 class Controller:
     """Chooses clocks for the job running on `device`, one `step()` at a time (see the module docstring).
 
     `predictor` is required for the hybrid and prediction policies. `log` receives each decision as a dict with
-    the keys of LOG_KEYS. `decisions` keeps the last `keep_decisions` of them for inspection.
+    the keys of LOG_KEYS. `decisions` keeps the last `keep_decisions` of them for inspection. `markers` is where
+    the job's step markers arrive (the daemon's marker channel, a simulated job's emitter), if anywhere.
     """
 
     def __init__(
@@ -148,13 +170,16 @@ class Controller:
         log: LogSink | None = None,
         sampler: Sampler | None = None,
         keep_decisions: int = 10_000,
+        markers: MarkerSource | None = None,
     ) -> None:
         self.config = config or ControllerConfig()
         if self.config.policy is not Policy.SEARCH and predictor is None:
             raise ValueError(f"policy {self.config.policy.value!r} needs a predictor (a model bundle)")
+        if sampler is not None and markers is not None:
+            raise ValueError("pass markers to the Sampler you give, not to the Controller")
         self._device = device
         self._predictor = predictor
-        self._sampler = sampler or Sampler(device)
+        self._sampler = sampler or Sampler(device, markers=markers)
         self._log = log
         self._keep = keep_decisions
         self.decisions: list[Decision] = []
@@ -340,8 +365,64 @@ class Controller:
         # edge (2% of a 10 s window), so it is the fallback for devices without buffered samples.
         return window.mean_power_w if len(window.power_w) >= 10 else window.counter_power_w
 
+    @staticmethod
+    def _window_power(windows: list[PowerWindow], period_s: float | None) -> float:
+        """Mean power of consecutive windows. Iterations shorter than two sample intervals (only step markers
+        time those) alias the buffered samples: each sample catches the same few instants of the iteration, and
+        the window's mean is off by up to tens of percent, so the energy counter (unbiased, edges off by up to a
+        refresh) gives the power then."""
+        _, power_w = _concat(windows)
+        if len(power_w) < 10:
+            return float(np.mean([w.counter_power_w for w in windows]))
+        counter_w = sum(w.energy_j for w in windows) / sum(w.duration_s for w in windows)
+        t_s = np.concatenate([w.t_s for w in windows])
+        aliased = period_s is not None and period_s < 2.0 * float(np.median(np.diff(t_s)))
+        return counter_w if aliased and math.isfinite(counter_w) else float(np.mean(power_w))
+
     def _reduce(self, window: PowerWindow, estimate: PeriodEstimate) -> _Measured:
-        return _Measured(window.duration_s, estimate.period_s, self._power(window), estimate)
+        marked = estimate.timing == MARKERS
+        power = self._window_power([window], estimate.period_s if marked else None)
+        return _Measured(window.duration_s, estimate.period_s, power, estimate)
+
+    def _estimate(
+        self,
+        windows: list[PowerWindow],
+        *,
+        min_period_s: float | None = None,
+        max_period_s: float | None = None,
+        detector: DetectorConfig | None = None,
+        timing: str | None = None,
+    ) -> PeriodEstimate:
+        """The period of consecutive windows at one config: from the step markers when enough arrived, else from
+        the power signal. `timing` (default: the baseline's source, except while profiling) pins the source:
+        within a phase every ratio compares periods of one source (a marked step and a power cycle need not be the
+        same thing). Pinned to markers that are missing, the answer is "no period", which the states handle like
+        any other. A marker estimate's level_w is the windows' mean power (`_window_power`), as phase-change
+        checks compare it; the signal's is the detector's own."""
+        cfg = self.config
+        if timing is None and self._baseline is not None and self.state is not State.PROFILING:
+            timing = self._baseline.timing  # profiling finds the (new) phase's source afresh
+        t_s, power_w = _concat(windows)
+        if timing != SIGNAL:
+            marked = period_from_markers(
+                np.concatenate([w.marker_t_s for w in windows]),
+                np.concatenate([w.marker_seq for w in windows]),
+                start_s=windows[0].start_s,
+                end_s=windows[-1].end_s,
+                min_intervals=cfg.min_marker_intervals,
+                min_coverage=cfg.marker_coverage,
+                max_period_s=cfg.max_period_s,
+            )
+            if marked.ok or timing == MARKERS:
+                # level_w is the window's power, which phase-change checks compare.
+                return replace(marked, level_w=self._window_power(windows, marked.period_s))
+        if detector is not None:
+            return detect_period(t_s, power_w, config=detector)
+        return detect_period(t_s, power_w, min_period_s=min_period_s, max_period_s=max_period_s or cfg.max_period_s)
+
+    def _has_markers(self, window: PowerWindow) -> bool:
+        """Enough step markers in this window to time it by them."""
+        return self._estimate([window], timing=MARKERS).ok
 
     def _is_idle(self, window: PowerWindow) -> bool:
         sm_active = window.counters.features.get("feat_sm_active", math.nan)
@@ -382,15 +463,16 @@ class Controller:
         cfg = self.config
         self._set_clocks(None)
         window = self._measure(self._prof_window_s)
-        est = detect_period(window.t_s, window.power_w, max_period_s=cfg.max_period_s)
+        est = self._estimate([window])
         m = self._reduce(window, est)
-        info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w}
+        info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing}
         if not est.ok and self._is_idle(window):
             return self._enter_idle(f"no GPU activity (feat_sm_active < {cfg.idle_sm_active}) while profiling", info)
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
-            if prev is not None and prev[0].period_s is not None:
+            # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate.
+            if prev is not None and prev[0].period_s is not None and prev[0].timing == m.timing:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
                 if gap <= cfg.period_agreement:
                     return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
@@ -401,7 +483,7 @@ class Controller:
             return self._decide(
                 "period_candidate",
                 State.PROFILING,
-                f"period {est.period_s * 1e3:.2f} ms; waiting for a second window that agrees within "
+                f"period {est.period_s * 1e3:.2f} ms ({est.timing}); waiting for a second window that agrees within "
                 f"{cfg.period_agreement * 100:.0f}%",
                 **info,
             )
@@ -440,23 +522,19 @@ class Controller:
         period = float(np.average([m1.period_s, m2.period_s], weights=weights))
         # Both windows as one, for precision (every ratio is relative to this period). The two already agree, so
         # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
-        t_s, power_w = _concat([w1, w2])
-        joint = detect_period(t_s, power_w, min_period_s=0.9 * period, max_period_s=1.1 * period)
+        timing = m2.estimate.timing
+        joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
         if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self.config.period_agreement:
             period = joint.period_s
-        power = (
-            float(np.mean(power_w))
-            if len(power_w) >= 10
-            else float(np.average([m1.power_w, m2.power_w], weights=weights))
-        )
-        info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power}
+        power = self._window_power([w1, w2], period if timing == MARKERS else None)
+        info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power, "timing": timing}
         mean_counters = {
             name: float(np.nanmean(vals))
             if np.isfinite(vals := np.array([c.get(name, math.nan) for c in counters])).any()
             else math.nan
             for name in FEATURE_NAMES
         }
-        baseline = Baseline(period, power, mean_counters)
+        baseline = Baseline(period, power, mean_counters, timing)
         self._baseline = baseline
         cfg = self.config
         for record in self.phases:
@@ -494,8 +572,8 @@ class Controller:
         return self._decide(
             "baseline",
             State.SEARCHING,
-            f"baseline: period {period * 1e3:.2f} ms, {power:.1f} W, {power * period:.3f} J per iteration at "
-            f"reference clocks; searching ({self.config.policy.value})",
+            f"baseline: period {period * 1e3:.2f} ms (from the {timing}), {power:.1f} W, {power * period:.3f} J per "
+            f"iteration at reference clocks; searching ({self.config.policy.value})",
             **info,
             measured_time_ratio=1.0,
             measured_energy_ratio=1.0,
@@ -572,16 +650,16 @@ class Controller:
         window = self._measure(self._window_for(expected_period))
         # Consecutive windows at one config are analysed as one longer window (period error falls ~ T^-1.5).
         parts = [*self._probe_parts, window]
-        t_s, power_w = _concat(parts)
-        est = detect_period(t_s, power_w, min_period_s=lo, max_period_s=hi)
+        est = self._estimate(parts, min_period_s=lo, max_period_s=hi)
         span_s = sum(w.duration_s for w in parts)
-        power = float(np.mean(power_w)) if len(power_w) >= 10 else float(np.mean([self._power(w) for w in parts]))
+        power = self._window_power(parts, est.period_s if est.timing == MARKERS else None)
         info: dict[str, Any] = {
             "window_s": span_s,
             "period_s": est.period_s,
             "power_w": power,
             "predicted_time_ratio": exp_time,
             "predicted_energy_ratio": exp_energy,
+            "timing": est.timing if est.period_s is not None else None,
         }
         if est.period_s is None:
             self._probe_failures += 1
@@ -740,8 +818,11 @@ class Controller:
         window = self._measure(self._hold_window_s or self._window_for(expected))
         self._hold_window_s = None
         detector = DetectorConfig(min_period_s=0.55 * expected, max_period_s=cfg.max_period_s)
-        if self._hold_ref is None:
-            est = detect_period(window.t_s, window.power_w, config=detector)
+        marked = self._baseline.timing == MARKERS
+        est = self._estimate([window], detector=detector)
+        if marked and not est.ok:
+            changed, why = True, f"the step markers stopped ({est.message})"
+        elif self._hold_ref is None:
             changed, why = False, ""
         else:
             verdict = has_changed(
@@ -751,15 +832,25 @@ class Controller:
                 level_tolerance=cfg.level_tolerance,
                 period_tolerance=cfg.period_tolerance,
                 config=detector,
+                estimate=est if marked else None,
             )
             est, changed, why = verdict.estimate, verdict.changed, verdict.reason
         m = self._reduce(window, est)
-        info: dict[str, Any] = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w}
+        info: dict[str, Any] = {
+            "window_s": m.window_s,
+            "period_s": m.period_s,
+            "power_w": m.power_w,
+            "timing": m.timing,
+        }
         if m.period_s is not None:
             info["measured_time_ratio"] = self._baseline.time_ratio(m.period_s)
             info["measured_energy_ratio"] = self._baseline.energy_ratio(m.period_s, m.power_w)
         if self._is_idle(window):
             return self._enter_idle("no GPU activity while holding", info)
+        if not marked and self._has_markers(window):
+            return self._reprofile(
+                "markers_appeared", "the job sends step markers now: re-profiling to time it by them", **info
+            )
         if est.verdict is Verdict.INSUFFICIENT_DATA and est.suggested_window_s:
             changed, why = True, f"a longer period than expected may be present: {est.message}"
             self._hold_window_s = min(cfg.max_window_s, est.suggested_window_s)
@@ -849,9 +940,14 @@ class Controller:
         lo, hi = self._period_bounds(index)
         expected = min(max(self._baseline.period_s * (1.0 + cfg.max_slowdown), lo), hi)
         window = self._measure(self._window_for(expected))
-        est = detect_period(window.t_s, window.power_w, min_period_s=lo, max_period_s=hi)
+        est = self._estimate([window], min_period_s=lo, max_period_s=hi)
         m = self._reduce(window, est)
-        info: dict[str, Any] = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w}
+        info: dict[str, Any] = {
+            "window_s": m.window_s,
+            "period_s": m.period_s,
+            "power_w": m.power_w,
+            "timing": m.timing,
+        }
         if m.period_s is None:
             self._hold_failures += 1
             if self._hold_failures >= 2:

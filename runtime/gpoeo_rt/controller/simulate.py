@@ -8,6 +8,8 @@ ground truth gives:
 - oracle: the best measured sweep config within the bound (from the table: what a perfect controller would hold);
 - converge_s: time of the last clock change (the final config held from then on);
 - exploration: energy spent until converge_s beyond what the final config would have used for the same iterations.
+With `--markers`, the simulated job also sends step markers (SimulatedStepMarkers: the true iteration ends plus a
+host-side delay, jitter and a little loss), and the controller times iterations by them instead of the power signal.
 The summary's columns are built for the energy objective (with edp/ed2p the oracle is that objective's optimum,
 but savings are still energy savings and the ">6%" column means nothing).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
 import multiprocessing
@@ -49,7 +52,7 @@ from gpoeo_rt.bench.harness import (
 )
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy, State
-from gpoeo_rt.device import SimulatedGPU, SweepWorkload, h200_spec
+from gpoeo_rt.device import SimulatedGPU, SimulatedStepMarkers, SweepWorkload, h200_spec
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.search.objectives import Objective
@@ -80,6 +83,7 @@ class RunResult:
     workload: str
     policy: str
     iteration_s: float
+    markers: bool  # the job sent step markers
     bundle: str | None
     saving: float
     slowdown: float
@@ -96,6 +100,7 @@ class RunResult:
     probes: int
     events: dict[str, int] = field(default_factory=dict)
     steady_cpu_frac: float | None = None  # controller + simulator CPU per simulated second while holding
+    marker_timed: float = 0.0  # share of the decisions with a period that took it from step markers
     prediction_ms: float | None = None
 
 
@@ -107,11 +112,17 @@ def run_policy(
     seed: int,
     duration_s: float,
     config: ControllerConfig,
+    markers: bool = False,
+    subsample_jitter: bool = False,
 ) -> tuple[SimulatedGPU, Controller, float, float]:
-    """Run the controller for duration_s; returns (gpu, controller, steady-state CPU s, steady simulated s)."""
-    gpu = job_gpu(workload, seed, duration_s)
+    """Run the controller for duration_s; returns (gpu, controller, steady-state CPU s, steady simulated s).
+    With markers, the job sends step markers (seeded like the GPU)."""
+    gpu = job_gpu(workload, seed, duration_s, subsample_jitter=subsample_jitter)
     controller = Controller(
-        gpu, predictor=predictor if policy is not Policy.SEARCH else None, config=_with_policy(config, policy)
+        gpu,
+        predictor=predictor if policy is not Policy.SEARCH else None,
+        config=_with_policy(config, policy),
+        markers=SimulatedStepMarkers(gpu, seed=seed) if markers else None,
     )
     steady_cpu = steady_sim = 0.0
     while gpu.now_s() < duration_s:
@@ -161,6 +172,8 @@ class Task:
     objective: str
     table: str = "measured"  # the simulated GPU's clock table: the sweep's measured clocks, or an SM grid
     sm_step_mhz: int = 15
+    markers: bool = False  # the simulated job sends step markers
+    subsample_jitter: bool = False  # SimConfig.subsample_jitter (unaliased power for iterations near 5 ms multiples)
 
 
 def evaluate_workload(task: Task) -> list[RunResult]:
@@ -171,7 +184,7 @@ def evaluate_workload(task: Task) -> list[RunResult]:
     )
     oracle = oracle_for(workload, objective, task.max_slowdown)
     seed = (zlib.crc32(f"{task.sku}/{task.workload}".encode()) + task.seed) % 2**31
-    base = job_gpu(workload, seed, task.duration_s)
+    base = job_gpu(workload, seed, task.duration_s, subsample_jitter=task.subsample_jitter)
     base.clock.advance(task.duration_s)
     default = JobTruth(base)
     results = []
@@ -183,18 +196,27 @@ def evaluate_workload(task: Task) -> list[RunResult]:
             else None
         )
         gpu, controller, cpu_s, sim_s = run_policy(
-            workload, policy, predictor, seed=seed, duration_s=task.duration_s, config=config
+            workload,
+            policy,
+            predictor,
+            seed=seed,
+            duration_s=task.duration_s,
+            config=config,
+            markers=task.markers,
+            subsample_jitter=task.subsample_jitter,
         )
         scored = score(gpu, controller, default, oracle, duration_s=task.duration_s)
         events: dict[str, int] = defaultdict(int)
         for d in controller.decisions:
             events[d.event] += 1
+        timed = [d.timing for d in controller.decisions if d.timing is not None]
         results.append(
             RunResult(
                 sku=task.sku,
                 workload=task.workload,
                 policy=name,
                 iteration_s=task.iteration_s,
+                markers=task.markers,
                 bundle=task.bundle if policy is not Policy.SEARCH else None,
                 oracle_saving=oracle.saving,
                 oracle_slowdown=oracle.slowdown,
@@ -202,6 +224,7 @@ def evaluate_workload(task: Task) -> list[RunResult]:
                 probes=events.get("probe", 0),
                 events=dict(events),
                 steady_cpu_frac=cpu_s / sim_s if sim_s > 0 else None,
+                marker_timed=sum(t == "markers" for t in timed) / len(timed) if timed else 0.0,
                 prediction_ms=1e3 * statistics.mean(controller.prediction_cpu_s)
                 if controller.prediction_cpu_s
                 else None,
@@ -215,12 +238,12 @@ def evaluate_workload(task: Task) -> list[RunResult]:
 
 
 def summarize(results: Iterable[RunResult], max_slowdown: float) -> list[dict[str, Any]]:
-    """Means per (sku, iteration_s, policy). saving_vs_oracle_pct = mean saving / mean oracle saving."""
-    groups: dict[tuple[str, float, str], list[RunResult]] = defaultdict(list)
+    """Means per (sku, iteration_s, markers, policy). saving_vs_oracle_pct = mean saving / mean oracle saving."""
+    groups: dict[tuple[str, float, bool, str], list[RunResult]] = defaultdict(list)
     for r in results:
-        groups[(r.sku, r.iteration_s, r.policy)].append(r)
+        groups[(r.sku, r.iteration_s, r.markers, r.policy)].append(r)
     rows = []
-    for (sku, iteration_s, policy), rs in sorted(groups.items()):
+    for (sku, iteration_s, markers, policy), rs in sorted(groups.items()):
         saving = statistics.mean(r.saving for r in rs)
         oracle = statistics.mean(r.oracle_saving for r in rs)
         cpu = [r.steady_cpu_frac for r in rs if r.steady_cpu_frac is not None]
@@ -229,6 +252,7 @@ def summarize(results: Iterable[RunResult], max_slowdown: float) -> list[dict[st
             {
                 "sku": sku,
                 "iteration_s": iteration_s,
+                "markers": markers,
                 "policy": policy,
                 "workloads": len(rs),
                 "saving_pct": 100 * saving,
@@ -242,6 +266,8 @@ def summarize(results: Iterable[RunResult], max_slowdown: float) -> list[dict[st
                 "max_converge_s": max(r.converge_s for r in rs),
                 "exploration_pct": 100 * statistics.mean(r.exploration_frac for r in rs),
                 "mean_probes": statistics.mean(r.probes for r in rs),
+                "marker_timed_pct": 100 * statistics.mean(r.marker_timed for r in rs),
+                "fallbacks": sum(r.events.get("fallback_reference", 0) > 0 for r in rs),
                 "steady_cpu_pct": 100 * max(cpu) if cpu else None,
                 "prediction_ms": statistics.median(pred) if pred else None,
             }
@@ -251,17 +277,18 @@ def summarize(results: Iterable[RunResult], max_slowdown: float) -> list[dict[st
 
 def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
     head = (
-        f"{'sku':<16}{'iter_s':>7}{'policy':>12}{'n':>5}{'save%':>8}{'oracle%':>9}{'vs_orc%':>9}{'slow%':>7}"
-        f"{'max%':>7}{'>6%':>5}{'conv_s':>8}{'p95_s':>7}{'expl%':>7}{'probes':>7}{'cpu%':>7}"
+        f"{'sku':<16}{'iter_s':>7}{'mark':>5}{'policy':>12}{'n':>5}{'save%':>8}{'oracle%':>9}{'vs_orc%':>9}{'slow%':>7}"
+        f"{'max%':>7}{'>6%':>5}{'conv_s':>8}{'p95_s':>7}{'expl%':>7}{'probes':>7}{'fallb':>6}{'cpu%':>7}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
         cpu = f"{r['steady_cpu_pct']:.3f}" if r["steady_cpu_pct"] is not None else "-"
         lines.append(
-            f"{r['sku']:<16}{r['iteration_s']:>7g}{r['policy']:>12}{r['workloads']:>5}{r['saving_pct']:>8.2f}"
+            f"{r['sku']:<16}{r['iteration_s']:>7g}{'yes' if r['markers'] else 'no':>5}{r['policy']:>12}"
+            f"{r['workloads']:>5}{r['saving_pct']:>8.2f}"
             f"{r['oracle_saving_pct']:>9.2f}{r['saving_vs_oracle_pct']:>9.1f}{r['mean_slowdown_pct']:>7.2f}"
             f"{r['max_slowdown_pct']:>7.2f}{r['over_6pct']:>5}{r['mean_converge_s']:>8.1f}{r['p95_converge_s']:>7.1f}"
-            f"{r['exploration_pct']:>7.2f}{r['mean_probes']:>7.1f}{cpu:>7}"
+            f"{r['exploration_pct']:>7.2f}{r['mean_probes']:>7.1f}{r['fallbacks']:>6}{cpu:>7}"
         )
     return "\n".join(lines)
 
@@ -319,7 +346,7 @@ def build_tasks(args: argparse.Namespace) -> tuple[list[Task], str]:
             else:
                 print(f"skipping {sku}/{workload}: not in the fold index", file=sys.stderr)
                 continue
-        for iteration_s in args.iteration_s:
+        for iteration_s, markers in itertools.product(args.iteration_s, args.markers):
             tasks.append(
                 Task(
                     sku,
@@ -334,14 +361,16 @@ def build_tasks(args: argparse.Namespace) -> tuple[list[Task], str]:
                     args.objective,
                     table=args.table,
                     sm_step_mhz=args.sm_step_mhz,
+                    markers=markers,
+                    subsample_jitter=args.subsample_jitter,
                 )
             )
     if args.limit:
-        taken: dict[tuple[str, float], int] = defaultdict(int)
+        taken: dict[tuple[str, float, bool], int] = defaultdict(int)
         kept = []
         for t in tasks:
-            if taken[(t.sku, t.iteration_s)] < args.limit:
-                taken[(t.sku, t.iteration_s)] += 1
+            if taken[(t.sku, t.iteration_s, t.markers)] < args.limit:
+                taken[(t.sku, t.iteration_s, t.markers)] += 1
                 kept.append(t)
         tasks = kept
     return tasks, source
@@ -355,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bundle", help="use this one bundle for every workload instead of the fold bundles")
     parser.add_argument("--policy", action="append", choices=[p.value for p in Policy])
     parser.add_argument("--iteration-s", type=float, action="append", help="simulated iteration at reference")
+    parser.add_argument(
+        "--markers",
+        default="off",
+        choices=["off", "on", "both"],
+        help="the simulated job sends step markers (on), does not (off, the default), or each run both ways",
+    )
     parser.add_argument("--duration-s", type=float, default=1800.0)
     parser.add_argument("--max-slowdown", type=float, default=0.05)
     parser.add_argument("--objective", default=Objective.ENERGY.value, choices=[o.value for o in Objective])
@@ -366,6 +401,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="clocks of the simulated GPU: the sweep's measured ones, or every --sm-step-mhz (interpolated)",
     )
     parser.add_argument("--sm-step-mhz", type=int, default=15)
+    parser.add_argument(
+        "--subsample-jitter",
+        action="store_true",
+        help="random instants within each simulated power sample: without it, iterations near a multiple of 5 ms "
+        "alias the simulator's power and its true energy (use it for --iteration-s below ~0.04)",
+    )
     parser.add_argument("--limit", type=int, default=0, help="at most N workloads per SKU (0: all)")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", help="write per-run results and the summary as JSON here")
@@ -374,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.sku = args.sku or ["tesla-v100", "quadro-rtx-8000"]
     args.policy = args.policy or [p.value for p in Policy]
     args.iteration_s = args.iteration_s or [0.1, 0.5]
+    args.markers = {"off": [False], "on": [True], "both": [False, True]}[args.markers]
 
     tasks, source = build_tasks(args)
     t0 = time.perf_counter()

@@ -42,6 +42,7 @@ LOG_KEYS: tuple[str, ...] = (
     "window_s",  # measurement window this decision is based on (null: none)
     "period_s",  # measured iteration period in that window
     "power_w",  # measured mean power in that window
+    "timing",  # where period_s came from: "markers" (the job's step markers) or "signal" (power samples); null: none
     "measured_time_ratio",  # measured time per iteration / the phase's baseline at reference clocks
     "measured_energy_ratio",  # measured energy per iteration / baseline
     "predicted_time_ratio",  # the (job-calibrated) model's prediction for the config concerned
@@ -79,6 +80,7 @@ class Decision:
     predicted_time_ratio: float | None = None
     predicted_energy_ratio: float | None = None
     advised: tuple[int, int] | None = None
+    timing: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: exactly LOG_KEYS, NaN as null."""
@@ -94,6 +96,7 @@ class Decision:
             "window_s": _json_float(self.window_s, 4),
             "period_s": _json_float(self.period_s, 6),
             "power_w": _json_float(self.power_w, 2),
+            "timing": self.timing,
             "measured_time_ratio": _json_float(self.measured_time_ratio, 5),
             "measured_energy_ratio": _json_float(self.measured_energy_ratio, 5),
             "predicted_time_ratio": _json_float(self.predicted_time_ratio, 5),
@@ -115,6 +118,7 @@ class Baseline:
     period_s: float  # time per iteration
     power_w: float  # mean power over whole periods
     counters: Mapping[str, float] = field(default_factory=dict)  # feat_* averaged over the profiling windows
+    timing: str = "signal"  # where period_s came from: "signal" or "markers"; the phase's ratios keep to it
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counters", _frozen(self.counters))

@@ -35,6 +35,7 @@ class DaemonConfig:
     sim_seconds: float = 1800.0  # with simulate: stop after this much simulated job time
     sim_speed: float | None = None  # with simulate: simulated seconds per real second (None: as fast as possible)
     sim_gpus: int = 1  # with simulate: how many simulated GPUs
+    sim_markers: bool = False  # with simulate: the simulated job sends step markers (as gpoeo_rt.client would)
     bundles: str | None = None  # model bundle directory (default: $GPOEO_BUNDLES, the shipped models/)
     run_dir: str = "/run/gpoeo-rt"  # sockets and per-GPU lock files
     state_dir: str = "/var/lib/gpoeo-rt"  # clock state files (survive the process) and decision logs

@@ -32,11 +32,13 @@ from gpoeo_rt.controller.state import Policy, State
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.daemon.config import DaemonConfig
 from gpoeo_rt.daemon.control import ControlServer
+from gpoeo_rt.daemon.markers import MarkerBoard, MarkerServer
 from gpoeo_rt.daemon.safety import ClockStateStore, GPULock, ManagedGPU
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
 from gpoeo_rt.device.errors import GPUError, GPUNoPermissionError
 from gpoeo_rt.device.group import GroupGPU
+from gpoeo_rt.sampling.markers import MarkerSource
 from gpoeo_rt.search.objectives import Objective
 
 OpenDevice = Callable[[int, bool], GPU]  # (index, allow_clock_writes) -> device
@@ -65,6 +67,8 @@ class Worker:
     bundle_reason: str
     advise: bool
     log_path: Path
+    markers: MarkerSource | None = None  # where this job's step markers arrive
+    timing: str | None = None  # the last measured period's source: "markers" or "signal"
     meter: SavingsMeter = field(default_factory=SavingsMeter)
     controller: Controller | None = None
     thread: threading.Thread | None = None
@@ -113,6 +117,8 @@ class Daemon:
         self._server: ControlServer | None = None
         self._exporter: Any = None
         self.prometheus_port: int | None = None
+        self._marker_server: MarkerServer | None = None
+        self.marker_board: MarkerBoard | None = None
         self._started_unix_s = time.time()
         self._sim_clock: SimClock | None = None
         self._sim_end_s: float | None = None
@@ -212,6 +218,9 @@ class Daemon:
                 with contextlib.suppress(Exception):
                     gpu.close()
             raise
+        clock = self._sim_clock.now_s if self._sim_clock is not None else time.time  # markers carry time.time()
+        self.marker_board = MarkerBoard([(gpu.index, gpu.uuid) for gpu in opened], clock)
+        raw = {gpu.index: gpu for gpu in opened}
         speed = cfg.sim_speed if cfg.simulate is not None else None
         managed = [ManagedGPU(gpu, self._store, self.stop_event, speed=speed) for gpu in opened]
         groups: list[list[ManagedGPU]] = [managed] if cfg.group is not None else [[m] for m in managed]
@@ -221,6 +230,13 @@ class Daemon:
             device: GPU = members[0] if len(members) == 1 else GroupGPU(members)
             label = "gpu" + "-".join(str(m.index) for m in members)
             predictor, bundle, reason = self._predictor_for(device)
+            markers: MarkerSource = self.marker_board.source([m.index for m in members])
+            if cfg.simulate is not None and cfg.sim_markers:
+                from gpoeo_rt.device.simulated import SimulatedGPU, SimulatedStepMarkers
+
+                simulated = raw[members[0].index]
+                assert isinstance(simulated, SimulatedGPU)
+                markers = SimulatedStepMarkers(simulated, seed=members[0].index)  # the simulated job marks its steps
             self.workers.append(
                 Worker(
                     label=label,
@@ -231,6 +247,7 @@ class Daemon:
                     bundle_reason=reason,
                     advise=self.advise,
                     log_path=log_dir / f"decisions-{label}.jsonl",
+                    markers=markers,
                 )
             )
 
@@ -243,6 +260,8 @@ class Daemon:
             with worker.lock:
                 worker.decisions += 1
                 worker.last_reason = str(record.get("reason", ""))
+                if record.get("timing") is not None:
+                    worker.timing = str(record["timing"])
                 worker.meter.feed(dict(record))
 
         return write
@@ -276,6 +295,7 @@ class Daemon:
                     config=self._controller_config(worker.advise),
                     log=sink,
                     keep_decisions=200,
+                    markers=worker.markers,
                 )
                 worker.controller = ctrl
                 try:
@@ -347,6 +367,10 @@ class Daemon:
             try:
                 self._setup()
                 if self._serve:
+                    assert self.marker_board is not None
+                    # Markers first: once status answers, every socket is there.
+                    self._marker_server = MarkerServer(self.config.run_dir, self.marker_board)
+                    self._marker_server.start()
                     self._server = ControlServer(
                         self.config.run_dir, self.handle, socket_group=self.config.socket_group
                     )
@@ -385,6 +409,8 @@ class Daemon:
                 if self._exporter is not None:
                     self._exporter.shutdown()
                     self._exporter.server_close()
+                if self._marker_server is not None:
+                    self._marker_server.close()
                 for worker in self.workers:
                     for gpu in worker.managed:
                         with contextlib.suppress(Exception):
@@ -438,7 +464,10 @@ class Daemon:
                     "name": w.device.name,
                     "mode": "advise" if w.advise else "control",
                     "simulated": self.config.simulate is not None,
-                    "timing": "signal",  # iteration time from the power signal
+                    # Where the last measured period came from: "markers" (the job's step markers), "signal"
+                    # (the power samples), None (nothing measured yet).
+                    "timing": w.timing,
+                    "markers": self.marker_board.summary(w.indices) if self.marker_board else None,
                     "state": "failed" if w.failed else (ctrl.state.value if ctrl else "starting"),
                     "bundle": w.bundle,
                     "bundle_reason": w.bundle_reason,

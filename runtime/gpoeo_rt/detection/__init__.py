@@ -1,5 +1,6 @@
 """Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
 
+from gpoeo_rt.detection.markers import MARKERS, SIGNAL, period_from_markers
 from gpoeo_rt.detection.period import (
     DetectorConfig,
     PeriodEstimate,
@@ -26,6 +27,8 @@ from gpoeo_rt.detection.phase import (
 )
 
 __all__ = [
+    "MARKERS",
+    "SIGNAL",
     "ChangeVerdict",
     "DetectorConfig",
     "PeriodEstimate",
@@ -44,6 +47,7 @@ __all__ = [
     "iteration_boundaries",
     "level_change_points",
     "min_resolvable_period",
+    "period_from_markers",
     "prepare_signal",
     "window_for_periods",
 ]

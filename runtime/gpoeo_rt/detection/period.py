@@ -168,6 +168,7 @@ class PeriodEstimate:
     sub_periods_s: tuple[float, ...] = ()  # per sub-window periods (validation)
     sub_fold_r2: tuple[float, ...] = ()
     suggested_window_s: float | None = None  # for INSUFFICIENT_DATA: a window that would suffice
+    timing: str = "signal"  # where the period came from: "signal" (power samples) or "markers" (step markers)
 
     @property
     def n_periods(self) -> float:

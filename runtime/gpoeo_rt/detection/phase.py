@@ -421,6 +421,7 @@ def has_changed(
     level_tolerance: float = 0.15,
     period_tolerance: float = 0.10,
     config: DetectorConfig | None = None,
+    estimate: PeriodEstimate | None = None,
 ) -> ChangeVerdict:
     """Has the workload changed since `reference` was measured? One new window of samples decides.
 
@@ -429,8 +430,13 @@ def has_changed(
     analysed (too short, bad input) is reported as not changed, with the reason, so that a glitch does not
     trigger a re-search; the caller sees it in `reason`.
     The reference should come from the same clocks: a clock change alone moves level and period.
+    `estimate` replaces the detection on the samples when the caller has the window's period from elsewhere (step
+    markers); it must carry the window's mean power as level_w.
     """
-    est = detect_period(t_s, power_w, energy_j=energy_j, energy_t_s=energy_t_s, config=config)
+    if estimate is None:
+        est = detect_period(t_s, power_w, energy_j=energy_j, energy_t_s=energy_t_s, config=config)
+    else:
+        est = estimate
     if est.verdict in (Verdict.BAD_INPUT, Verdict.INSUFFICIENT_DATA) or not math.isfinite(est.level_w):
         return ChangeVerdict(False, f"cannot judge: {est.message}", 0.0, None, est)
     ref_level = reference.level_w

@@ -32,7 +32,7 @@ from gpoeo_rt.device.errors import (
 )
 from gpoeo_rt.device.group import GroupGPU
 from gpoeo_rt.device.nvml import NVMLGPU
-from gpoeo_rt.device.simulated import SimConfig, SimulatedGPU, SimulationTruth
+from gpoeo_rt.device.simulated import SimConfig, SimulatedGPU, SimulatedStepMarkers, SimulationTruth
 from gpoeo_rt.device.workload import (
     PRESET_NAMES,
     AnalyticWorkload,
@@ -73,6 +73,7 @@ __all__ = [
     "SimClock",
     "SimConfig",
     "SimulatedGPU",
+    "SimulatedStepMarkers",
     "SimulationTruth",
     "SleepInterruptedError",
     "StoppableClock",

@@ -38,7 +38,8 @@ FloatArray = npt.NDArray[np.float64]
 
 _EPS = 1e-9
 _BLOCK = 4096  # random numbers per block
-_STREAM_JITTER, _STREAM_NOISE, _STREAM_COUNTERS = 1, 2, 3
+_STREAM_JITTER, _STREAM_NOISE, _STREAM_COUNTERS, _STREAM_SUBSAMPLE = 1, 2, 3, 4
+_UNIFORM_STREAMS = frozenset({_STREAM_SUBSAMPLE})  # streams of uniforms in [0, 1) instead of standard normals
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class SimConfig:
 
     sample_period_s: float = 0.02  # buffered power samples (50 Hz)
     subsamples: int = 4  # instantaneous points averaged into each buffered sample
+    # Points at fixed offsets alias iterations near a multiple of their spacing (a 10 ms iteration shows the same
+    # two instants forever, in the samples and in the true energy alike); a random offset within each point's
+    # share of the sample makes both unbiased. Off by default: every published simulated figure used fixed points.
+    subsample_jitter: bool = False
     buffer_capacity: int = 120  # samples the driver keeps (~2.4 s at 50 Hz); older ones are lost
     refresh_period_s: float = 0.1  # polled power, energy and GPM counters refresh at 10 Hz
     settle_s: float = 0.05  # a clock lock takes effect this long after it is set
@@ -375,7 +380,8 @@ class SimulatedGPU(GPU):
         return op
 
     def _normals(self, stream: int, start: int, n: int) -> FloatArray:
-        """Standard normals number start..start+n-1 of a stream, the same whatever the query pattern."""
+        """Standard normals (uniforms for _UNIFORM_STREAMS) number start..start+n-1 of a stream, the same whatever
+        the query pattern."""
         if n <= 0:
             return np.empty(0)
         b0, b1 = start // _BLOCK, (start + n - 1) // _BLOCK
@@ -383,7 +389,8 @@ class SimulatedGPU(GPU):
         for b in range(b0, b1 + 1):
             block = self._blocks.get((stream, b))
             if block is None:
-                block = np.random.default_rng([self._seed, stream, b]).standard_normal(_BLOCK)
+                rng = np.random.default_rng([self._seed, stream, b])
+                block = rng.random(_BLOCK) if stream in _UNIFORM_STREAMS else rng.standard_normal(_BLOCK)
                 self._blocks[(stream, b)] = block
                 if len(self._blocks) > 32:  # queries move forward: forget the oldest blocks
                     del self._blocks[next(iter(self._blocks))]
@@ -467,8 +474,15 @@ class SimulatedGPU(GPU):
         dt = cfg.sample_period_s
         first = self._n_slots
         a, b = self._t0 + first * dt, self._t0 + target * dt
-        offsets = (np.arange(cfg.subsamples) + 0.5) * (dt / cfg.subsamples)
-        t = (self._t0 + np.arange(first, target)[:, None] * dt + offsets[None, :]).ravel()
+        n_points = (target - first) * cfg.subsamples
+        # Offsets of the instants within each sample; stratified jitter: one at random in each 1/subsamples of it.
+        u = (
+            self._normals(_STREAM_SUBSAMPLE, first * cfg.subsamples, n_points).reshape(-1, cfg.subsamples)
+            if cfg.subsample_jitter
+            else np.full((1, cfg.subsamples), 0.5)
+        )
+        offsets = np.asarray((np.arange(cfg.subsamples)[None, :] + u) * (dt / cfg.subsamples), dtype=np.float64)
+        t = (self._t0 + np.arange(first, target)[:, None] * dt + offsets).ravel()
         power = np.empty_like(t)
         # Regime changes inside (a, b): phase starts and clock changes taking effect.
         phases = self._phase_starts[
@@ -622,3 +636,74 @@ class SimulatedGPU(GPU):
             call_s=self._config.poll_call_s,
             counters=counters,
         )
+
+
+class SimulatedStepMarkers:
+    """The simulated job's step markers: what `gpoeo_rt.client.mark_step()` after each iteration would deliver.
+
+    The training process is part of the simulated world, so this one reads the true iteration ends; what it hands
+    out is only what a real marker channel carries (a timestamp and the sender's step counter), never the truth
+    itself. Each marker is stamped at the iteration's end plus a host-side delay (`delay_s` + exponential jitter of
+    mean `jitter_s`; a share `hiccup_rate` of them are late by up to `hiccup_s`, a scheduling hiccup), and a share
+    `loss` never arrives (a full socket queue). One thread sends them, so a late one holds back those after it. Like
+    the client, it sends at most one marker per `min_interval_s` (each carries its step number).
+    Deterministic for a seed, whatever the query pattern, as long as
+    queries come at least every `SimConfig.history_s`. Implements the sampling layer's MarkerSource.
+    """
+
+    def __init__(
+        self,
+        gpu: SimulatedGPU,
+        *,
+        seed: int = 0,
+        delay_s: float = 30e-6,
+        jitter_s: float = 50e-6,
+        hiccup_rate: float = 0.005,
+        hiccup_s: float = 2e-3,
+        loss: float = 0.001,
+        min_interval_s: float = 0.05,
+        keep_s: float = 600.0,
+    ) -> None:
+        if min(delay_s, jitter_s, hiccup_rate, hiccup_s, loss) < 0 or hiccup_rate > 1 or loss >= 1:
+            raise ValueError("marker delays must be >= 0 and hiccup_rate, loss fractions in [0, 1)")
+        self._gpu = gpu
+        self._rng = np.random.default_rng([seed, 0x6D61726B])
+        self._delay_s, self._jitter_s = delay_s, jitter_s
+        self._hiccup_rate, self._hiccup_s, self._loss = hiccup_rate, hiccup_s, loss
+        self._min_interval_s = min_interval_s
+        self._next_send_s = -math.inf
+        self._keep_s = keep_s
+        self._consumed_s = -math.inf  # iteration ends up to here have been turned into markers
+        self._t = np.empty(0, dtype=np.float64)
+        self._seq = np.empty(0, dtype=np.int64)
+
+    def _advance(self) -> None:
+        record = self._gpu.truth.iterations(since_s=self._consumed_s)
+        if len(record) == 0:
+            return
+        n = len(record)
+        u = self._rng.random((n, 4))  # one row per marker: the same draws however the queries split the markers
+        delay = self._delay_s - self._jitter_s * np.log1p(-u[:, 0])  # + exponential jitter
+        delay += (u[:, 1] < self._hiccup_rate) * u[:, 2] * self._hiccup_s
+        # One thread sends them in turn: a late marker holds back the ones after it (timestamps never go back).
+        floor = self._t[-1] if len(self._t) else -math.inf
+        t = np.maximum.accumulate(np.maximum(record.t_s + delay, floor))
+        sent = np.zeros(n, dtype=bool)
+        for i, t_i in enumerate(t.tolist()):  # the client's rate cap: sequential by nature
+            if t_i >= self._next_send_s:
+                sent[i] = True
+                self._next_send_s = t_i + self._min_interval_s
+        kept = sent & (u[:, 3] >= self._loss)
+        self._t = np.concatenate([self._t, t[kept]])
+        self._seq = np.concatenate([self._seq, record.iteration[kept]])
+        self._consumed_s = float(record.t_s[-1])
+        horizon = self._gpu.now_s() - self._keep_s
+        if len(self._t) and self._t[0] < horizon:
+            first = int(np.searchsorted(self._t, horizon))
+            self._t, self._seq = self._t[first:], self._seq[first:]
+
+    def markers_between(self, start_s: float, end_s: float) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+        self._advance()
+        lo = int(np.searchsorted(self._t, start_s, side="left"))
+        hi = int(np.searchsorted(self._t, min(end_s, self._gpu.now_s()), side="right"))
+        return self._t[lo:hi].copy(), self._seq[lo:hi].copy()

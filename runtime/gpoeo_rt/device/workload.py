@@ -202,7 +202,7 @@ def _busy(sm: float, occ: float, dram: float, fp16: float, fp32: float, fp64: fl
     return dict(zip(FEATURE_NAMES, (sm, occ, dram, fp16, fp32, fp64, tensor), strict=True))
 
 
-PRESET_NAMES: tuple[str, ...] = ("resnet50", "resnet50_hoststall", "gpt", "membound", "idle")
+PRESET_NAMES: tuple[str, ...] = ("resnet50", "resnet50_hoststall", "gpt", "membound", "membound_fast", "idle")
 
 
 def preset_workload(name: str, spec: GPUSpec | None = None) -> AnalyticWorkload | IdleWorkload:
@@ -218,6 +218,8 @@ def preset_workload(name: str, spec: GPUSpec | None = None) -> AnalyticWorkload 
         return AnalyticWorkload(name, spec, 0.2568, 0.62, 0.33, 0.8, 0.6, _busy(0.9, 0.35, 0.45, 0.1, 0.1, 0.0, 0.5))
     if name == "membound":  # large-batch fp32 MLP: memory-bound
         return AnalyticWorkload(name, spec, 0.08, 0.15, 0.8, 0.5, 0.85, _busy(0.95, 0.6, 0.85, 0.0, 0.3, 0.0, 0.0))
+    if name == "membound_fast":  # the same MLP at a small batch: 12 ms steps, too fast for the power signal
+        return AnalyticWorkload(name, spec, 0.012, 0.15, 0.8, 0.5, 0.85, _busy(0.95, 0.6, 0.85, 0.0, 0.3, 0.0, 0.0))
     if name == "idle":
         return IdleWorkload(spec)
     raise ValueError(f"unknown simulated workload {name!r}; presets: {', '.join(PRESET_NAMES)}")

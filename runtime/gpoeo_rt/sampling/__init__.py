@@ -1,5 +1,6 @@
 """Sampling layer: turns a device into time series (buffered power, energy, counters) over simulated or real time."""
 
+from gpoeo_rt.sampling.markers import MarkerSource, no_markers
 from gpoeo_rt.sampling.recorder import (
     BUFFERED_FILE,
     ITERATIONS_FILE,
@@ -15,8 +16,10 @@ __all__ = [
     "ITERATIONS_FILE",
     "POLLED_COLUMNS",
     "POLLED_FILE",
+    "MarkerSource",
     "PowerWindow",
     "RecordSummary",
     "Sampler",
+    "no_markers",
     "record_trace",
 ]

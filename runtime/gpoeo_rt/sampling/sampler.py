@@ -17,6 +17,7 @@ import numpy.typing as npt
 from gpoeo_rt.device.base import CounterSnapshot, GPUReader
 from gpoeo_rt.device.clock import Clock
 from gpoeo_rt.device.errors import GPUNotSupportedError
+from gpoeo_rt.sampling.markers import IntArray, MarkerSource, no_markers
 
 FloatArray = npt.NDArray[np.float64]
 _EPS = 1e-9
@@ -25,7 +26,7 @@ _EPS = 1e-9
 @dataclass(frozen=True)
 class PowerWindow:
     """What one window measured. `iterations` is known only when an iteration counter was given (a training-loop
-    hook, or a simulator's ground truth in benchmarks)."""
+    hook, or a simulator's ground truth in benchmarks); the step markers only when a marker source was given."""
 
     start_s: float
     end_s: float
@@ -34,6 +35,8 @@ class PowerWindow:
     energy_j: float  # energy-counter delta over the window (10 Hz counter: edges are +-100 ms)
     counters: CounterSnapshot
     iterations: int | None = None
+    marker_t_s: FloatArray = field(default_factory=lambda: np.empty(0), repr=False)
+    marker_seq: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64), repr=False)
 
     @property
     def duration_s(self) -> float:
@@ -52,7 +55,8 @@ class PowerWindow:
 
 class Sampler:
     """Collects consecutive windows from one device. Consecutive windows share their boundary reads (energy,
-    counters, iteration count), so each window costs one energy read."""
+    counters, iteration count), so each window costs one energy read. With `markers`, each window also carries the
+    step markers received for it."""
 
     def __init__(
         self,
@@ -61,6 +65,7 @@ class Sampler:
         clock: Clock | None = None,
         drain_period_s: float = 0.25,
         iteration_counter: Callable[[], int] | None = None,
+        markers: MarkerSource | None = None,
     ) -> None:
         if drain_period_s <= 0:
             raise ValueError("drain_period_s must be > 0")
@@ -68,6 +73,7 @@ class Sampler:
         self._clock = clock if clock is not None else device.clock
         self._drain_period_s = drain_period_s
         self._iteration_counter = iteration_counter
+        self._markers = markers
         self._boundary_s: float | None = None  # end of the previous window, if the next one continues it
         self._boundary_energy_j = math.nan
         self._boundary_iterations: int | None = None
@@ -108,9 +114,11 @@ class Sampler:
         energy_j = self._energy()
         counters = self._device.counter_snapshot()
         iterations = self._iteration_counter() if self._iteration_counter else None
+        end_s = self._clock.now_s()
+        marker_t_s, marker_seq = self._markers.markers_between(start, end_s) if self._markers else no_markers()
         window = PowerWindow(
             start_s=start,
-            end_s=self._clock.now_s(),
+            end_s=end_s,
             t_s=np.concatenate(t_parts) if t_parts else np.empty(0),
             power_w=np.concatenate(p_parts) if p_parts else np.empty(0),
             energy_j=energy_j - self._boundary_energy_j,
@@ -118,6 +126,8 @@ class Sampler:
             iterations=None
             if iterations is None or self._boundary_iterations is None
             else iterations - self._boundary_iterations,
+            marker_t_s=marker_t_s,
+            marker_seq=marker_seq,
         )
         self._boundary_s = window.end_s
         self._boundary_energy_j = energy_j
