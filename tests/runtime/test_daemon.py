@@ -20,6 +20,7 @@ from gpoeo_rt.device import GPU, GroupGPU, SimClock, open_gpu
 from gpoeo_rt.device.nvml import NVMLGPU
 from tests.bundles import write_bundle
 from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+from tests.runtime.sweep_rows import sweep_rows, write_sweep_csv
 from tests.runtime.test_daemon_faults import _training_waveform
 
 runner = CliRunner()
@@ -293,18 +294,12 @@ def test_lockstep_group_applies_one_decision_to_every_gpu(tmp_path: Path, bundle
     assert all(gpu.locked_clocks is None for gpu in devices)  # type: ignore[attr-defined]
 
 
-def test_group_refuses_mixed_gpu_models() -> None:
+def test_group_refuses_mixed_gpu_models(tmp_path: Path) -> None:
     a = open_gpu(0, simulate="membound")
-    b = open_gpu(1, simulate="data/processed/sweeps.csv:tesla-v100:" + _a_v100_workload())
+    sweeps = write_sweep_csv(tmp_path / "sweeps.csv", sweep_rows())
+    b = open_gpu(1, simulate=f"{sweeps}:v100:bert")
     with pytest.raises(ValueError, match="different clock table"):
         GroupGPU([a, b])
-
-
-def _a_v100_workload() -> str:
-    import csv
-
-    with open("data/processed/sweeps.csv") as fh:
-        return next(r["workload"] for r in csv.DictReader(fh) if r["sku"] == "tesla-v100")
 
 
 # --- CLI ------------------------------------------------------------------------------------------------------

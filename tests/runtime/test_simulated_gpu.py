@@ -25,6 +25,8 @@ from gpoeo_rt.device import (
 )
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.sampling import Sampler
+from tests.runtime.sweep_rows import sweep_rows as _sweep_rows
+from tests.runtime.sweep_rows import write_sweep_csv
 
 QUIET = SimConfig(noise_w=0.0, iteration_jitter=0.0, drift_frac=0.0, counter_noise=0.0)
 
@@ -272,29 +274,6 @@ def test_simulation_is_fast() -> None:
 # --- sweep-driven ---
 
 
-def _sweep_rows() -> list[dict[str, object]]:
-    rows: list[dict[str, object]] = []
-    for mem, mem_factor in ((877.0, 1.0), (700.0, 1.15)):
-        for sm, t, p in ((700.0, 2.0, 120.0), (1000.0, 1.5, 160.0), (1300.0, 1.25, 210.0)):
-            rows.append(
-                {
-                    "sku": "v100",
-                    "source": "test",
-                    "workload": "bert",
-                    "sm_clock_mhz": sm,
-                    "mem_clock_mhz": mem,
-                    "time_s": t * mem_factor,
-                    "power_w": p / mem_factor,
-                    "energy_j": t * p,
-                    "ref": sm == 1300.0 and mem == 877.0,
-                    "feat_sm_active": 0.8,
-                    "feat_dram_active": 0.3 * sm / 1300.0,
-                }
-            )
-    rows.append({**rows[0], "workload": "other", "ref": True})
-    return rows
-
-
 def test_sweep_reproduces_measured_points_and_interpolates() -> None:
     w = SweepWorkload.from_rows(_sweep_rows(), sku="v100", workload="bert")
     for row in _sweep_rows()[:6]:
@@ -329,16 +308,7 @@ def test_sweep_rows_are_validated() -> None:
 
 
 def test_sweep_driven_gpu_from_csv(tmp_path: Path) -> None:
-    import csv
-
-    path = tmp_path / "sweeps.csv"
-    columns = ["sku", "source", "workload", "sm_clock_mhz", "mem_clock_mhz", "time_s", "power_w", "energy_j", "ref"]
-    columns += list(FEATURE_NAMES)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        for row in _sweep_rows():
-            writer.writerow({c: row.get(c, "") for c in columns})
+    path = write_sweep_csv(tmp_path / "sweeps.csv", _sweep_rows())
     schedule = parse_schedule(f"{path}:v100:bert")
     gpu = SimulatedGPU(schedule, config=QUIET, allow_clock_writes=True)
     assert gpu.current_clocks() == (1300, 877) and "v100" in gpu.name
