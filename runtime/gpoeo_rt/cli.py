@@ -507,7 +507,10 @@ def bench(
     sweeps: Annotated[str, typer.Option("--sweeps", help="Sweeps table (normalized schema), .csv or .parquet.")],
     policy: Annotated[
         str | None,
-        typer.Option("--policy", help="Comma list of default,oracle,gpoeo-rt,sweep,gpoeo-paper,bandit (default all)."),
+        typer.Option(
+            "--policy",
+            help="Comma list of default,oracle,gpoeo-rt,gpoeo-rt-markers,sweep,gpoeo-paper,bandit (default all).",
+        ),
     ] = None,
     sku: Annotated[str | None, typer.Option("--sku", help="Comma list of SKUs to run (default: every SKU).")] = None,
     max_slowdown: Annotated[float, typer.Option("--max-slowdown", min=0.0, max=1.0)] = 0.05,

@@ -11,8 +11,16 @@ import pytest
 from gpoeo_rt.controller import Controller, ControllerConfig, Policy, State
 from gpoeo_rt.controller.state import LOG_KEYS
 from gpoeo_rt.detection import MARKERS, SIGNAL, Verdict, period_from_markers
-from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
+from gpoeo_rt.device import (
+    AnalyticWorkload,
+    SimConfig,
+    SimulatedGPU,
+    SimulatedStepMarkers,
+    SweepWorkload,
+    preset_workload,
+)
 from gpoeo_rt.sampling.markers import FloatArray, IntArray, no_markers
+from tests.runtime.sweep_rows import sweep_rows
 
 
 def _job(iteration_s: float, seed: int = 0, *, jitter: bool = True) -> SimulatedGPU:
@@ -173,3 +181,27 @@ def test_controller_refuses_markers_beside_its_own_sampler() -> None:
             markers=_Window(SimulatedStepMarkers(gpu)),
         )
     assert no_markers()[0].size == 0
+
+
+def _faster_at_lower_clock() -> SimulatedGPU:
+    """A measured table whose 1000 MHz row runs 20% faster than the 1300 MHz reference (what two real mixbench sweeps
+    say): true in this simulator, so only the instrument decides whether the controller may believe it."""
+    rows = [dict(r) for r in sweep_rows() if r["workload"] == "bert"]
+    for row in rows:
+        if row["sm_clock_mhz"] == 1000.0 and row["mem_clock_mhz"] == 877.0:
+            row["time_s"], row["power_w"] = 1.0, 150.0
+    workload = SweepWorkload.from_rows(rows, sku="v100", workload="bert", iteration_s=0.1)
+    return SimulatedGPU(workload, seed=3, allow_clock_writes=True)
+
+
+def test_a_speedup_at_lower_clocks_is_an_alias_on_the_signal_but_measured_by_markers() -> None:
+    blind = _run(_faster_at_lower_clock(), None, 300.0)
+    fallback = [d for d in blind.decisions if d.event == "fallback_reference"]
+    assert fallback and "alias" in fallback[0].reason
+    assert blind.clocks == blind.reference
+    gpu = _faster_at_lower_clock()
+    marked = _run(gpu, SimulatedStepMarkers(gpu, seed=3), 300.0)
+    assert not any(d.event == "fallback_reference" for d in marked.decisions)
+    assert marked.state is State.HOLDING and marked.clocks == (1000, 877)
+    probe = next(d for d in marked.decisions if d.event == "probe" and (d.sm_clock_mhz, d.mem_clock_mhz) == (1000, 877))
+    assert probe.timing == MARKERS and probe.measured_time_ratio == pytest.approx(0.8, abs=0.01)

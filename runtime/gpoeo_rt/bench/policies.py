@@ -185,11 +185,10 @@ class FixedClocks(_SteppedPolicy):
 class ControllerPolicy:
     """The shipped controller, stepped window by window (it measures with its own sampler and period detection)."""
 
-    name = "gpoeo-rt"
-
-    def __init__(self, gpu: GPU, controller: Controller) -> None:
+    def __init__(self, gpu: GPU, controller: Controller, name: str = "gpoeo-rt") -> None:
         self._gpu = gpu
         self.controller = controller
+        self.name = name
 
     @property
     def clock_changes(self) -> list[tuple[float, int, int]]:

@@ -4,10 +4,10 @@ Per workload, one SimulatedGPU(SweepWorkload) per policy, all with the same seed
 iteration jitter), and the default-clock run simulated once and shared. Scores come from the simulator's ground
 truth at the end of the job (`harness.score_job`); the policies never read it.
 
-Honesty: model-guided policies (gpoeo-rt, gpoeo-paper) get a bundle whose models never saw the workload: its
-leave-one-workload-out fold (`<folds_root>/<sku>/folds/index.json`); for a SKU without per-SKU folds (or a workload
-missing from them), the generic model's leave-one-SKU-out fold (`<folds_root>/generic/folds/index.json`); for a SKU
-the pipeline never saw, the generic bundle itself (`<models_root>/generic`, trained on other SKUs only).
+Honesty: model-guided policies (gpoeo-rt, gpoeo-rt-markers, gpoeo-paper) get a bundle whose models never saw the
+workload: its leave-one-workload-out fold (`<folds_root>/<sku>/folds/index.json`); for a SKU without per-SKU folds
+(or a workload missing from them), the generic model's leave-one-SKU-out fold (`<folds_root>/generic/folds/index.json`);
+for a SKU the pipeline never saw, the generic bundle itself (`<models_root>/generic`, trained on other SKUs only).
 """
 
 from __future__ import annotations
@@ -48,11 +48,13 @@ from gpoeo_rt.bench.policies import (
 from gpoeo_rt.bench.sweeps import Groups, Row
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy
-from gpoeo_rt.device import SimulatedGPU, SweepWorkload
+from gpoeo_rt.device import SimulatedGPU, SimulatedStepMarkers, SweepWorkload
 from gpoeo_rt.search.objectives import Objective
 
-POLICIES: tuple[str, ...] = ("default", "oracle", "gpoeo-rt", "sweep", "gpoeo-paper", "bandit")
-MODEL_POLICIES = frozenset({"gpoeo-rt", "gpoeo-paper"})
+# gpoeo-rt times iterations from the power samples (no change to the training code); gpoeo-rt-markers is the same
+# controller fed the job's step markers (gpoeo_rt.client.mark_step), the step-end times the baselines also get.
+POLICIES: tuple[str, ...] = ("default", "oracle", "gpoeo-rt", "gpoeo-rt-markers", "sweep", "gpoeo-paper", "bandit")
+MODEL_POLICIES = frozenset({"gpoeo-rt", "gpoeo-rt-markers", "gpoeo-paper"})
 # The simulated GPU's clock table: the sweep's measured clocks, or every `sm_step_mhz` between each memory clock's
 # measured min and max SM clock (like an H200's 15 MHz steps), time and power interpolated between measured clocks.
 CLOCK_GRIDS: tuple[str, ...] = ("measured", "fine")
@@ -165,7 +167,7 @@ def _step_ends(gpu: SimulatedGPU) -> StepEnds:
     return lambda since_s: gpu.truth.iterations(since_s).t_s
 
 
-def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle) -> BenchPolicy:
+def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle, seed: int = 0) -> BenchPolicy:
     s = task.settings
     ends = _step_ends(gpu)
     if name == "default":
@@ -184,7 +186,8 @@ def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle) -
         if name == "gpoeo-paper":
             return GpoeoPaperPolicy(gpu, ends, predictor, s.paper)
         config = ControllerConfig(policy=Policy.HYBRID, objective=Objective.ENERGY, max_slowdown=s.max_slowdown)
-        return ControllerPolicy(gpu, Controller(gpu, predictor=predictor, config=config))
+        markers = SimulatedStepMarkers(gpu, seed=seed) if name == "gpoeo-rt-markers" else None
+        return ControllerPolicy(gpu, Controller(gpu, predictor=predictor, config=config, markers=markers), name)
     raise BenchInputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -205,7 +208,7 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
             truth, changes, probes = default, [], 0  # identical to the default run (same seed, same clocks)
         else:
             gpu = job_gpu(workload, seed, s.job_s)
-            policy = make_policy(name, gpu, task, oracle)
+            policy = make_policy(name, gpu, task, oracle, seed)
             policy.run(s.job_s)
             truth, changes, probes = JobTruth(gpu), policy.clock_changes, policy.probes
         scored = score_job(truth, default, changes, reference, s.job_s)

@@ -85,8 +85,9 @@ class ControllerConfig:
     # near_bound of the bound (period error of one 2 s window: sd 0.25%, max 1%), or this far from what the
     # calibrated model expects.
     near_bound: float = 0.015
-    # A config with lower clocks whose iterations measure more than this much faster than the baseline is an
-    # alias (two sweeps have such rows, down to 0.72: measurement artefacts, which the simulator reproduces).
+    # A config with lower clocks whose iterations measure more than this much faster than the baseline, by the
+    # power signal, is an alias (two sweeps have such rows, down to 0.72: measurement artefacts, which the
+    # simulator reproduces). Step markers cannot alias: a marker-timed speed-up is taken as measured.
     faster_tolerance: float = 0.08
     plausible_deviation: float = 0.25
     max_probe_windows: int = 3
@@ -675,11 +676,12 @@ class Controller:
         time_ratio = baseline.time_ratio(est.period_s)
         energy_ratio = baseline.energy_ratio(est.period_s, power)
         info.update(measured_time_ratio=time_ratio, measured_energy_ratio=energy_ratio)
-        # Lower clocks cannot make iterations much faster: a period that says so is an alias of iterations
-        # faster than the sampling resolves (a 12 ms iteration sampled every 20 ms repeats every 60 ms, and that
-        # pattern moves erratically with the clock). Confirm once, then trust no period of this phase.
+        # Lower clocks cannot make iterations much faster: a power-signal period that says so is an alias of
+        # iterations faster than the sampling resolves (a 12 ms iteration sampled every 20 ms repeats every 60 ms,
+        # and that pattern moves erratically with the clock). Confirm once, then trust no period of this phase.
+        # Step markers time the iterations themselves (both periods are marker-timed: a phase keeps its source).
         slower_clocks = self._grid_sm[index] <= self.reference[0] and self._grid_mem[index] <= self.reference[1]
-        implausible = slower_clocks and time_ratio < 1.0 - cfg.faster_tolerance
+        implausible = est.timing != MARKERS and slower_clocks and time_ratio < 1.0 - cfg.faster_tolerance
         if implausible and len(parts) >= cfg.max_probe_windows:
             self._update_phase(None, (None, None))
             return self._enter_fallback(
