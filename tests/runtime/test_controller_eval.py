@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpoeo_rt.bench.harness import fold_bundles, held_out_predictor, oracle_for
-from gpoeo_rt.controller.simulate import main, read_sweeps
+from gpoeo_rt.bench.simulate import main, read_sweeps
 from gpoeo_rt.device import SweepWorkload
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.search.objectives import Objective

@@ -1,6 +1,6 @@
 """What every evaluation on simulated jobs shares: the simulated GPU of a job, the ground truth read after it, the
 oracle of a sweep's clock table, and the honest (held-out) models. Used by the bench runner and by the
-controller's own harness (`gpoeo_rt.controller.simulate`); only scoring code reads the truth, never a policy."""
+controller's own harness (`gpoeo_rt.bench.simulate`); only scoring code reads the truth, never a policy."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Runtime controller: profile the job at reference clocks, predict the clock grid, search, hold, guard.
 
 `Controller.step()` advances one measurement window on the device's clock, so tests and the evaluation harness
-(`gpoeo_rt.controller.simulate`) run whole jobs in simulated time.
+(`gpoeo_rt.bench.simulate`) run whole jobs in simulated time.
 """
 
 from gpoeo_rt.controller.controller import (

@@ -17,7 +17,7 @@ Honesty: model-guided policies use, per workload, a bundle whose models never sa
 fold bundle named by `<folds_root>/<sku>/folds/index.json` (workload -> fold directory). A single `--bundle` can
 be forced instead (then the report says so: it is not an honest evaluation if that bundle saw the workloads).
 
-Run: python -m gpoeo_rt.controller.simulate --sku tesla-v100 --sku quadro-rtx-8000 --jobs 2 --out results.json
+Run: python -m gpoeo_rt.bench.simulate --sku tesla-v100 --sku quadro-rtx-8000 --jobs 2 --out results.json
 """
 
 from __future__ import annotations
