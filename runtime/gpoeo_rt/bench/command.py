@@ -105,5 +105,5 @@ def run_bench_command(
         compact = {**meta, "wall_s": run.wall_s, "jobs": run.jobs, "models": run.models, "summary": summary}
         Path(metrics_out).write_text(json.dumps(compact, indent=1))
     if plot_out is not None:
-        plot(summary, plot_out, max_slowdown)
+        plot(summary, plot_out, max_slowdown, grid)
     return targets

@@ -90,7 +90,7 @@ def format_table(summary: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(summary: Sequence[Mapping[str, Any]], path: str | Path, max_slowdown: float) -> None:
+def plot(summary: Sequence[Mapping[str, Any]], path: str | Path, max_slowdown: float, grid: str = "") -> None:
     """Bars per SKU (and all): mean net saving and mean slowdown per policy, with the bound."""
     try:
         import matplotlib
@@ -116,7 +116,8 @@ def plot(summary: Sequence[Mapping[str, Any]], path: str | Path, max_slowdown: f
         ax.set_xticks(x, skus)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("gpoeo-rt bench: simulated jobs driven by measured sweeps (simulated, not hardware)")
+    on = f", {grid}" if grid else ""
+    fig.suptitle(f"gpoeo-rt bench: simulated jobs driven by measured sweeps{on} (simulated, not hardware)")
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
