@@ -9,6 +9,9 @@ logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
         |--no activity--> IDLE --activity--> PROFILING             |--no activity--> IDLE
     any state --stop() or an exception in step()--> STOPPED (clocks reset)
 
+A profiling window that the detector wants longer, to tell a wandering period from an alias, is not counted among
+the three failures: the next window is as long as it asks (see `_step_profiling`).
+
 Measurements: the period (time per iteration) comes from the training loop's step markers when it sends them
 (enough of them in the window: `_estimate`), else from the power samples (detection layer); a phase keeps the source
 its baseline was measured with, and every decision logs which one it used (`timing`). Mean power comes from the
@@ -489,11 +492,24 @@ class Controller:
                 **info,
             )
         self._prof_prev = None
+        suggested = est.suggested_window_s
+        # A period that wanders, in a window too short to tell it from an alias: the detector says how long a
+        # window can. Measuring that long is no failure yet (each such window is longer than the last, up to
+        # max_window_s, so this cannot repeat for ever). (Live on an H200, a 50 ms job with a host stall fell
+        # back after three such windows of 3, 6 and 12 s.)
+        wanders = (
+            est.verdict is not Verdict.INSUFFICIENT_DATA
+            and suggested is not None
+            and self._prof_window_s < min(suggested, cfg.max_window_s)
+        )
+        if wanders and suggested is not None:
+            self._prof_window_s = min(cfg.max_window_s, suggested)
+            return self._decide("longer_window", State.PROFILING, est.message, **info)
         self._prof_failures += 1
         if self._prof_failures >= cfg.max_profile_failures:
             return self._enter_fallback(f"{est.verdict.value}: {est.message}", info)
         if est.verdict is Verdict.INSUFFICIENT_DATA and self._prof_window_s < cfg.max_window_s:
-            suggested = est.suggested_window_s or 2.0 * self._prof_window_s
+            suggested = suggested or 2.0 * self._prof_window_s
             self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         if self._prof_window_s < cfg.max_window_s:

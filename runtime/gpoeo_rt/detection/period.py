@@ -20,6 +20,10 @@ Pipeline; each step is there for something seen on the real H200 traces:
    samples is indistinguishable from its alias in a perfectly stable signal, but real iteration rates wander
    slightly, and an alias's frequency wanders by the same number of hertz at a much lower frequency, so its
    relative wander is amplified by true_freq / alias_freq and the common period stops fitting the sub-windows.
+   A real period that wanders too (a host stall: 50-56 ms from step to step) fails that test in long windows;
+   it is still reported, as the mean of the sub-window periods, when the sub-windows are long (40 cycles), each
+   folds strongly at its own period and all lie within a 5% band: an alias's amplified wander also decoheres
+   long sub-windows (see DetectorConfig.wander_*). A window too short for that asks for a longer one.
 8. With the cumulative energy counter (optional), check that the waveform also shows in its interval averages
    with the amplitude a real waveform would keep after averaging: aliases of faster iterations do not. Stair-step
    (polled) power without that check yields at most ALIAS_RISK, never a period.
@@ -103,6 +107,22 @@ class DetectorConfig:
     min_checkable_fraction: float = 0.25  # the check needs averaging to keep this much of a real waveform
     flat_rel_std: float = 0.005  # detrended std / mean level under this (when no period is found): flat
     rough_lag1: float = 0.3  # lag-1 autocorrelation under this (when no period is found): too_short
+    # A period that wanders (a host stall makes iterations 50-56 ms from step to step, and their mean drifts a few
+    # % over seconds) fails the common-period test above in long windows, yet is no alias: the test exists because
+    # an alias's wander is the iteration rate's amplified by true / alias frequency, and that amplified wander
+    # also decoheres each sub-window's own fold once sub-windows are long. So a window whose sub-windows each hold
+    # wander_min_sub_cycles cycles, each still fold strongly at their own period (mean / min fold r2 below), and
+    # whose periods stay within wander_band of each other, reports their mean period. On the H200 traces, such
+    # sub-windows (40+ cycles) fold at 0.59-0.91 (mean) for the 50 ms host-stall job and at <= 0.28 for the
+    # 9.8 ms MLP's aliases; with 24 cycles the margin is thin (0.72 vs 0.56), with 12 they overlap (0.76, 0.76).
+    wander_min_sub_cycles: float = 40.0
+    wander_band: float = 0.05
+    wander_mean_sub_r2: float = 0.6
+    wander_min_sub_r2: float = 0.35
+    # A period P can be the mirror alias of a faster iteration at 1 / (1/dt - 1/P), whose wander it shows
+    # amplified by only P/dt - 1: 1.2x at 44 ms, 1.5x at 50 ms (50 Hz). Below this amplification a wander within
+    # the band says nothing about which of the two it is, so such periods must hold still to be reported.
+    wander_min_amplification: float = 1.4
 
 
 @dataclass(frozen=True)
@@ -167,7 +187,8 @@ class PeriodEstimate:
     fold_r2: float = 0.0  # variance fraction explained by the mean waveform at period_s (bias-corrected)
     sub_periods_s: tuple[float, ...] = ()  # per sub-window periods (validation)
     sub_fold_r2: tuple[float, ...] = ()
-    suggested_window_s: float | None = None  # for INSUFFICIENT_DATA: a window that would suffice
+    # INSUFFICIENT_DATA, or APERIODIC for a period that wanders (see DetectorConfig.wander_*): a window that would do
+    suggested_window_s: float | None = None
     timing: str = "signal"  # where the period came from: "signal" (power samples) or "markers" (step markers)
 
     @property
@@ -824,7 +845,7 @@ def _validate(
     tolerance = max(cfg.max_sub_spread, cfg.sub_spread_cycles / (n_cyc / n_sub))
     min_sub = min(sub_r)
     coherence = float(np.mean(sub_r)) / r2
-    extra = {"fold_r2": r2, "sub_periods_s": tuple(sub_p), "sub_fold_r2": tuple(sub_r)}
+    extra: dict[str, object] = {"fold_r2": r2, "sub_periods_s": tuple(sub_p), "sub_fold_r2": tuple(sub_r)}
     if n_cyc < cfg.min_cycles:
         need = window_for_periods(period, math.ceil(cfg.min_cycles))
         return base.make(
@@ -838,12 +859,27 @@ def _validate(
     # sharp, and a small wander (an alias's, amplified) already loses most of the fold; with few cycles or a
     # weak waveform the peak is broad, and one misfiring sub-window estimate costs little.
     worst_held = min(held)
-    if (
+    consistent = not (
         spread > tolerance
         or min_sub < cfg.min_sub_fold_r2
         or coherence < cfg.min_coherence
         or worst_held < cfg.min_period_held
-    ):
+    )
+    # Not consistent, but every sub-window folds strongly at a period within a narrow band: a wandering period
+    # (see DetectorConfig.wander_*), if the sub-windows are long enough to tell it from an alias.
+    in_band = (
+        not consistent
+        and period / dt - 1.0 >= cfg.wander_min_amplification
+        and spread <= cfg.wander_band
+        and min_sub >= cfg.wander_min_sub_r2
+        and float(np.mean(sub_r)) >= cfg.wander_mean_sub_r2
+    )
+    wandering = in_band and n_cyc / n_sub >= cfg.wander_min_sub_cycles
+    if wandering:
+        # Cycles over time: the mean period across the window (the sub-windows are of equal length).
+        period = float(n_sub / np.sum(1.0 / np.asarray(sub_p)))
+        n_cyc = window / period
+    elif not consistent:
         why = (
             f"candidate {period * 1e3:.1f} ms is not consistent across {n_sub} sub-windows (periods "
             f"{', '.join(f'{p * 1e3:.1f}' for p in sub_p)} ms; fold r2 {r2:.2f} overall, "
@@ -853,6 +889,12 @@ def _validate(
         # Every sub-window folds well, only not on one common period: a real period that drifts or stutters
         # (iteration times varying from step to step), not iterations too fast to see.
         unstable = min_sub >= 2 * cfg.min_sub_fold_r2 and spread <= 2 * tolerance
+        if in_band:
+            # Long enough sub-windows could tell a wandering period from an alias: say how long to measure.
+            # (10% more: the candidate period is itself a little off, and a window of 199 cycles would not do)
+            need = window_for_periods(period, math.ceil(1.1 * cfg.max_subwindows * cfg.wander_min_sub_cycles))
+            why += f"; its period wanders within {spread * 100:.1f}%: measure {need:.1f} s to confirm it"
+            extra["suggested_window_s"] = need
         return _no_period(y, base, cfg, why, unstable=unstable, **extra)
     ratio = None if reference is None else _alias_ratio(spec, sig.t0_s, period, reference, cfg)
     if ratio is not None and reference is not None and ratio < cfg.min_alias_ratio:
@@ -877,10 +919,14 @@ def _validate(
     conf *= 1.0 - 0.5 * spread / tolerance
     conf *= min(1.0, min_sub / (2 * cfg.min_sub_fold_r2)) ** 0.5
     checked = f", energy averages agree ({ratio:.2f})" if ratio is not None else ""
+    wanders = ""
+    if wandering:
+        conf *= 0.5  # a mean over a wandering period: less certain than one period that fits the whole window
+        wanders = f", wandering: the mean of sub-window periods {min(sub_p) * 1e3:.1f}-{max(sub_p) * 1e3:.1f} ms"
     est = base.make(
         Verdict.OK,
         f"period {period * 1e3:.2f} ms ({n_cyc:.0f} periods, fold r2 {r2:.2f}, sub-window spread "
-        f"{spread * 100:.1f}%{checked})",
+        f"{spread * 100:.1f}%{wanders}{checked})",
         **extra,
     )
     return replace(est, period_s=period, confidence=float(np.clip(conf, 0.0, 1.0)))

@@ -1,0 +1,210 @@
+"""The controller's real profiling, run over recorded H200 traces (a `ReplayGPU`, read-only), scored against the
+recordings' ground-truth iteration ends. These are replays of recordings, not live runs: the controller sees the
+samples a real GPU produced, but the job never reacted to anything it did (it does nothing in advise mode anyway).
+
+`profile_replay` starts the shipped `Controller` with `ControllerConfig(advise=True)` at one time of a recording
+and steps it until profiling concludes: a baseline (then one more step for the advice), the aperiodic fallback,
+or the end of the recording. `replay_table` does that for several start times per trace and phase,
+`looped_table` over a recorded stretch played in a loop (recordings are shorter than hard profiling can take).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpoeo_rt.controller.controller import Controller, ControllerConfig
+from gpoeo_rt.controller.state import State
+from gpoeo_rt.device.replay import ReplayEndedError, ReplayGPU
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.tracefile import Iterations, PhaseTruth, read_iterations
+
+RESOLVABLE_S = 0.040  # issue 8: iterations this long or longer must be resolved, shorter ones never
+BASELINE_EVENTS = frozenset({"baseline", "known_phase"})
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What profiling concluded on one replay. Times are seconds of the recording."""
+
+    trace: str
+    start_s: float  # where the replay started
+    phase: PhaseTruth | None  # the true phase the replay started in (None: before the first iteration)
+    conclusion: str  # "baseline", "fallback" or "ended" (the recording ended first)
+    concluded_s: float  # device time of the conclusion
+    period_s: float | None = None  # the baseline period
+    baseline_phase: PhaseTruth | None = None  # the true phase the baseline's windows lie in
+    window_mean_s: float | None = None  # mean true iteration time over the baseline's windows
+    concluded_phase: PhaseTruth | None = None  # the true phase at the conclusion
+    advised: tuple[int, int] | None = None
+    events: tuple[str, ...] = ()  # the decisions' events, with the window's period in ms where there was one
+    clock_writes: int = 0  # clock writes attempted (must stay 0: advise mode)
+    loop: tuple[float, float] | None = None  # the looped stretch of the recording, if any
+
+    @property
+    def error(self) -> float | None:
+        """Baseline period / the baseline phase's true (median) iteration time - 1."""
+        if self.period_s is None or self.baseline_phase is None:
+            return None
+        return self.period_s / self.baseline_phase.period_s - 1.0
+
+    @property
+    def window_error(self) -> float | None:
+        """Baseline period / the mean true iteration time over the baseline's own windows - 1."""
+        if self.period_s is None or self.window_mean_s is None:
+            return None
+        return self.period_s / self.window_mean_s - 1.0
+
+
+def _phase_at(phases: Sequence[PhaseTruth], t_s: float) -> PhaseTruth | None:
+    """The phase whose iterations span t_s (the latest one started, if t_s falls between two)."""
+    started = [p for p in phases if p.start_s <= t_s]
+    return started[-1] if started else None
+
+
+def _window_mean(iterations: Iterations, start_s: float, end_s: float) -> float | None:
+    ends = np.sort(iterations.t_s[(iterations.t_s >= start_s) & (iterations.t_s <= end_s)])
+    return float((ends[-1] - ends[0]) / (len(ends) - 1)) if len(ends) >= 3 else None
+
+
+def profile_replay(
+    folder: str | Path,
+    start_s: float,
+    predictor: Predictor,
+    *,
+    config: ControllerConfig | None = None,
+    max_steps: int = 200,
+    loop: tuple[float, float] | None = None,
+) -> ReplayOutcome:
+    """Run the advise-mode controller over a recording (or a looped stretch of it: see ReplayGPU) from start_s
+    until profiling concludes."""
+    folder = Path(folder)
+    gpu = ReplayGPU(folder, start_s=start_s, loop=loop)
+    iterations = gpu.iterations
+    phases = iterations.phases() if iterations is not None else []
+    cfg = config or ControllerConfig(advise=True)
+    if not cfg.advise:
+        raise ValueError("a replay cannot take clock changes: use an advise-mode ControllerConfig")
+    controller = Controller(gpu, predictor=predictor, config=cfg)
+    events: list[str] = []
+    conclusion = "ended"
+    period: float | None = None
+    window: tuple[float, float] | None = None
+    try:
+        for _ in range(max_steps):
+            d = controller.step()
+            events.append(d.event if d.period_s is None else f"{d.event}:{d.period_s * 1e3:.1f}")
+            if d.event in BASELINE_EVENTS:
+                conclusion, period, window = "baseline", d.period_s, (d.t_s - (d.window_s or 0.0), d.t_s)
+                if d.next_state is State.SEARCHING:
+                    controller.step()  # advise mode: the model's pick, no measurement
+                break
+            if d.event == "fallback_reference":
+                conclusion = "fallback"
+                break
+    except ReplayEndedError:
+        pass  # the recording ran out before profiling concluded
+    baseline_phase = window_mean = None
+    if window is not None and iterations is not None:
+        baseline_phase = _phase_at(phases, 0.5 * (window[0] + window[1]))
+        window_mean = _window_mean(iterations, *window)
+    return ReplayOutcome(
+        trace=folder.name if gpu.loop is None else f"{folder.name} (looped)",
+        start_s=start_s,
+        phase=_phase_at(phases, start_s),
+        conclusion=conclusion,
+        concluded_s=(concluded := min(gpu.now_s(), gpu.end_s)),
+        concluded_phase=_phase_at(phases, concluded),
+        period_s=period,
+        baseline_phase=baseline_phase,
+        window_mean_s=window_mean,
+        advised=controller.advised if conclusion == "baseline" else None,
+        events=tuple(events),
+        clock_writes=gpu.clock_write_attempts,
+        loop=gpu.loop,
+    )
+
+
+def start_times(folder: str | Path, step_s: float = 1.0, min_left_s: float = 5.0) -> list[float]:
+    """Replay start times: the recording's first sample (the daemon started before the job), then every step_s
+    from the first iteration of each phase while min_left_s of that phase remain recorded (the shortest
+    profiling that can conclude: a 3 s window and a 2 s one)."""
+    gpu = ReplayGPU(folder)
+    first = gpu.now_s()
+    iterations = read_iterations(folder)
+    starts = [first]
+    for phase in iterations.phases() if iterations is not None else []:
+        last = min(phase.end_s, gpu.end_s) - min_left_s
+        starts += [float(s) for s in np.arange(phase.start_s, last, step_s) if s >= first]
+    return starts
+
+
+def replay_table(folders: Iterable[str | Path], predictor: Predictor, step_s: float = 1.0) -> list[ReplayOutcome]:
+    """`profile_replay` from every start time of `start_times` of every trace folder with ground truth."""
+    out = []
+    for folder in folders:
+        if read_iterations(folder) is None:
+            continue
+        out += [profile_replay(folder, s, predictor) for s in start_times(folder, step_s)]
+    return out
+
+
+def looped_table(
+    folder: str | Path,
+    phase: int,
+    predictor: Predictor,
+    *,
+    from_s: float = 1.0,
+    starts: int = 10,
+    step_s: float = 1.0,
+) -> list[ReplayOutcome]:
+    """`profile_replay` over the recorded part of one phase, from from_s after its first iteration to its last
+    recorded iteration, looped (see ReplayGPU), from `starts` start times step_s apart in the first lap."""
+    iterations = read_iterations(folder)
+    if iterations is None:
+        raise ValueError(f"{folder}: no ground truth to loop on")
+    truth = next(p for p in iterations.phases() if p.phase == phase)
+    end = min(truth.end_s, ReplayGPU(folder).end_s)
+    loop = (truth.start_s + from_s, end)
+    a = ReplayGPU(folder, loop=loop).now_s()
+    return [profile_replay(folder, a + k * step_s, predictor, loop=loop) for k in range(starts)]
+
+
+def verdict(outcome: ReplayOutcome, tolerance: float = 0.02) -> str:
+    """Against issue 8's target, with the mean true iteration time over the baseline's own windows as the truth
+    (a job whose iteration time drifts 50 -> 53 ms has no single true period; the median of the whole phase is
+    reported beside it). "ok": a baseline within tolerance for a phase of >= RESOLVABLE_S, or no baseline for a
+    shorter one; "wrong": a baseline off by more, or any baseline of a shorter phase; "miss": the fallback during
+    a resolvable phase; "cut": the recording ended first (no conclusion); "-": no phase had begun."""
+    if outcome.conclusion == "baseline":
+        phase, err = outcome.baseline_phase, outcome.window_error
+        if phase is None or err is None or phase.period_s < RESOLVABLE_S:
+            return "wrong"
+        return "ok" if abs(err) <= tolerance else "wrong"
+    if outcome.conclusion == "ended":
+        return "cut"
+    phase = outcome.concluded_phase
+    if phase is None:
+        return "-"
+    return "ok" if phase.period_s < RESOLVABLE_S else "miss"
+
+
+def format_outcome(o: ReplayOutcome) -> str:
+    """One table row."""
+    ph = o.phase
+    phase = "-" if ph is None else f"{ph.phase} ({ph.period_s * 1e3:.2f} ms)"
+    offset = "rec start" if ph is None else f"+{o.start_s - ph.start_s:.1f} s"
+    what = o.conclusion
+    if o.conclusion == "baseline" and o.period_s is not None:
+        errors = []
+        if o.window_error is not None and o.window_mean_s is not None:
+            errors.append(f"window mean {o.window_mean_s * 1e3:.2f} ms: {o.window_error * 100:+.2f}%")
+        if o.error is not None:
+            errors.append(f"phase median {o.error * 100:+.2f}%")
+        advice = "reference" if o.advised is None else f"{o.advised[0]}/{o.advised[1]} MHz"
+        what = f"baseline {o.period_s * 1e3:.2f} ms ({'; '.join(errors)}), advise {advice}"
+    took = o.concluded_s - o.start_s
+    return f"{o.trace:32s} {phase:18s} {offset:>10s} {verdict(o):>6s}  {what} after {took:.1f} s"

@@ -1,0 +1,169 @@
+"""The read-only replay device, and the controller's profiling replayed on recorded H200 traces.
+
+These are replays of recordings (data/traces/h200, data/traces/h200-live), not live runs: the advise-mode
+controller sees samples a real H200 produced; `loop` replays repeat a recorded stretch (see ReplayGPU).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpoeo_rt.bench.replay import RESOLVABLE_S, looped_table, profile_replay, start_times, verdict
+from gpoeo_rt.controller.controller import Controller, ControllerConfig
+from gpoeo_rt.device import ClockWriteNotAllowedError
+from gpoeo_rt.device.replay import ReplayEndedError, ReplayGPU
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.prediction.selection import select_bundle
+
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
+SHARED, LIVE = TRACES / "h200", TRACES / "h200-live"
+BUFFERED = [
+    SHARED / "resnet_512",
+    SHARED / "resnet_128_20",
+    SHARED / "gpt_64",
+    SHARED / "gpt_16-mlp_65536",
+    LIVE / "resnet_512",
+    LIVE / "resnet_128_20",
+    LIVE / "gpt_64",
+    LIVE / "gpt_16-mlp_65536",
+    LIVE / "mlp_65536",
+]
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    # The daemon's choice on an H200: no SKU bundle matches, so the generic one.
+    return Predictor(select_bundle(Path(__file__).resolve().parents[2] / "models", "NVIDIA H200").manifest)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The device
+
+
+def test_replay_serves_only_the_past_and_refuses_every_clock_write() -> None:
+    gpu = ReplayGPU(LIVE / "resnet_512")
+    t0 = gpu.now_s()
+    gpu.clock.advance(1.0)
+    samples = gpu.power_samples_since(t0)
+    assert 45 <= len(samples) <= 55  # 50 Hz
+    assert (samples.t_s > t0).all() and (samples.t_s <= t0 + 1.0).all()
+    assert len(gpu.power_samples_since(float(samples.t_s[-1]))) == 0  # nothing from the future
+    assert gpu.current_clocks()[0] < 1980  # idle before the job: the recorded clocks, not the table's default
+    assert gpu.iterations is not None
+    gpu.clock.advance_to(gpu.iterations.phases()[0].start_s + 1.0)
+    assert gpu.current_clocks()[0] > 1800 and gpu.current_clocks()[1] == 3201  # busy: near the 1980 MHz default
+    with pytest.raises(ClockWriteNotAllowedError):
+        gpu.lock_clocks(1500, 3201)
+    with pytest.raises(ClockWriteNotAllowedError):
+        gpu.reset_clocks()
+    assert gpu.clock_write_attempts == 2
+
+
+def test_replay_keeps_only_a_driver_buffer_of_samples() -> None:
+    gpu = ReplayGPU(LIVE / "resnet_512")
+    gpu.clock.advance(10.0)
+    held = gpu.power_samples_since(-math.inf)
+    assert held.t_s[-1] - held.t_s[0] <= 2.4
+
+
+def test_energy_and_counters_come_from_the_recorded_polls() -> None:
+    gpu = ReplayGPU(LIVE / "resnet_512")
+    assert gpu.iterations is not None
+    gpu.clock.advance_to(gpu.iterations.phases()[0].start_s + 2.0)  # training
+    gpu.counter_snapshot()
+    e0 = gpu.energy_j()
+    gpu.clock.advance(1.0)
+    snap = gpu.counter_snapshot()
+    assert snap.interval_s == pytest.approx(1.0) and snap.source == "gpm"
+    assert 0.5 < snap.features["feat_sm_active"] <= 1.0  # the GPU is busy (GPM percent / 100)
+    assert 200.0 < (gpu.energy_j() - e0) / 1.0 < 800.0  # watts, from the energy counter
+    assert gpu.poll().util_gpu_pct > 50
+
+
+def test_reading_past_the_end_of_the_recording_raises() -> None:
+    end = ReplayGPU(LIVE / "resnet_512").end_s
+    gpu = ReplayGPU(LIVE / "resnet_512", start_s=end - 0.5)
+    gpu.power_samples_since(-math.inf)
+    gpu.clock.advance(1.0)
+    with pytest.raises(ReplayEndedError):
+        gpu.power_samples_since(-math.inf)
+    with pytest.raises(ValueError, match="outside the recording"):
+        ReplayGPU(LIVE / "resnet_512", start_s=end + 1.0)
+
+
+def test_a_loop_joins_recorded_iteration_ends_and_the_energy_keeps_counting() -> None:
+    plain = ReplayGPU(LIVE / "resnet_128_20")
+    assert plain.iterations is not None
+    truth = plain.iterations.phases()[0]
+    gpu = ReplayGPU(LIVE / "resnet_128_20", loop=(truth.start_s + 1.0, truth.start_s + 11.0))
+    assert gpu.loop is not None and gpu.iterations is not None
+    a, b = gpu.loop
+    assert gpu.now_s() >= a and gpu.end_s > a + 250.0
+    ends = np.sort(plain.iterations.t_s)
+    assert a in ends and b in ends  # the seams are iteration ends
+    looped = np.diff(gpu.iterations.t_s)
+    recorded = np.diff(ends[(ends >= a) & (ends <= b)])
+    assert looped.min() >= recorded.min() - 1e-9 and looped.max() <= recorded.max() + 1e-9  # no seam gap
+    energy = []
+    for _ in range(30):  # 3 laps
+        gpu.clock.advance(1.0)
+        energy.append(gpu.energy_j())
+    assert np.all(np.diff(energy) > 0)
+    first_lap = ReplayGPU(LIVE / "resnet_128_20", loop=gpu.loop, start_s=a + 3.0)
+    later_lap = ReplayGPU(LIVE / "resnet_128_20", loop=gpu.loop, start_s=a + 3.0 + 2 * (b - a))
+    np.testing.assert_allclose(
+        later_lap.power_samples_since(-math.inf).power_w, first_lap.power_samples_since(-math.inf).power_w
+    )
+
+
+def test_an_advise_controller_over_a_replay_never_touches_a_clock(predictor: Predictor) -> None:
+    gpu = ReplayGPU(LIVE / "resnet_512")
+    controller = Controller(gpu, predictor=predictor, config=ControllerConfig(advise=True))
+    with pytest.raises(ReplayEndedError):
+        controller.run(gpu.end_s + 60.0)  # through idle, profiling, advice and holding, to the recording's end
+    events = [d.event for d in controller.decisions]
+    assert "baseline" in events and "advise" in events
+    assert gpu.clock_write_attempts == 0
+    assert not any(d.locked for d in controller.decisions)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Profiling on the recordings (issue 8's target, replayed)
+
+
+@pytest.mark.parametrize("folder", BUFFERED, ids=lambda f: f"{f.parent.name}/{f.name}")
+def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predictor) -> None:
+    """From the recording's start and every 2 s of each phase: a baseline is within 2% of the mean true iteration
+    time over its own windows, and no phase under 40 ms ever gets one (short recordings often end first)."""
+    for start in start_times(folder, step_s=2.0):
+        outcome = profile_replay(folder, start, predictor)
+        assert verdict(outcome) in ("ok", "cut", "-"), (outcome.events, outcome.period_s, outcome.window_mean_s)
+        assert outcome.clock_writes == 0
+
+
+@pytest.mark.parametrize(("folder", "from_s"), [(SHARED / "resnet_128_20", 12.0), (LIVE / "resnet_128_20", 1.0)])
+def test_the_host_stall_job_gets_a_baseline_from_every_start(folder: Path, from_s: float, predictor: Predictor) -> None:
+    """Looped recorded stretches of the 50 ms job with a host stall (the shared trace's last 9 s, where its
+    iteration time drifts 50 -> 53 ms; the live one's whole recorded phase): the profiling that fell back after
+    three short failing windows at 4 of these 20 starts each now measures as long as the wander needs."""
+    rows = looped_table(folder, 0, predictor, from_s=from_s, starts=20, step_s=1.0)
+    for outcome in rows:
+        assert outcome.conclusion == "baseline", outcome.events
+        assert outcome.window_error is not None and abs(outcome.window_error) <= 0.02, outcome
+        assert outcome.clock_writes == 0
+
+
+@pytest.mark.parametrize(
+    ("folder", "phase"), [(SHARED / "gpt_16-mlp_65536", 1), (LIVE / "gpt_16-mlp_65536", 1), (LIVE / "mlp_65536", 0)]
+)
+def test_9_8_ms_iterations_never_get_a_baseline_however_long_profiling_runs(
+    folder: Path, phase: int, predictor: Predictor
+) -> None:
+    rows = looped_table(folder, phase, predictor, starts=10, step_s=1.0)
+    assert all(o.phase is not None and o.phase.period_s < RESOLVABLE_S for o in rows)
+    for outcome in rows:
+        assert outcome.conclusion == "fallback", outcome.events
