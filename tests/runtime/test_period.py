@@ -518,3 +518,16 @@ def test_60_s_window_costs_at_most_5_ms_of_cpu() -> None:
         detect_period(t60, p60)
         runs.append(time.process_time() - c)
     assert min(runs) <= 0.005, f"{min(runs) * 1e3:.2f} ms"
+
+
+
+def test_a_wandering_period_reports_a_confidence_between_zero_and_one() -> None:
+    """An OK verdict with confidence 0 would read as "no idea" in `trace detect`: a wandering mean is less certain
+    than a steady period (its confidence is halved), not worthless."""
+    confidences = []
+    for seed in range(5):
+        job = Job(period_s=0.051, duration_s=12.0, shape="pulse", noise_w=15, jitter=0.01, wander=0.015, seed=seed)
+        est = detect_period(*sample(job))
+        if "wandering" in est.message:
+            confidences.append(est.confidence)
+    assert confidences and all(0.05 < c <= 0.5 for c in confidences), confidences
