@@ -82,6 +82,7 @@ def build_manifest(name: str, params: dict[str, Any]) -> dict[str, Any]:
         "training_rows": info["rows"],
         "training_data_sha256": info["training_data_sha256"],
         "boosting_rounds": {k: v["rounds"] for k, v in info["models"].items()},
+        "hyperparameters": {k: v.get("chosen", {}) for k, v in info["models"].items()},
         "pipeline_git_revision": git_revision(),
         "evaluation": evaluation_summary(metrics),
     }

@@ -28,9 +28,17 @@ import pandas as pd
 from gpoeo_pipeline.baseline import PhysicsBaseline
 from gpoeo_pipeline.bundle import clock_facts, write_verified_bundle
 from gpoeo_pipeline.export import booster_to_onnx, verify
-from gpoeo_pipeline.modeling import FittedModel, fit_target, grouped_folds, leave_one_group_out, predict_ratio
+from gpoeo_pipeline.modeling import (
+    FittedModel,
+    bundle_params,
+    fit_targets,
+    grid_axes,
+    grouped_folds,
+    leave_one_group_out,
+    predict_ratio,
+)
 from gpoeo_pipeline.params import load_section
-from gpoeo_pipeline.train import GENERIC, select_training_rows
+from gpoeo_pipeline.train import GENERIC, MODEL_TARGETS, select_training_rows
 from gpoeo_rt.prediction.bundle import SCHEMA_VERSION
 from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
 
@@ -49,18 +57,28 @@ def cross_validate(
     folds: pd.Series,
     xgb_params: dict[str, Any],
     on_fold: FoldSink | None = None,
+    choices: dict[str, list[dict[str, Any]]] | None = None,
 ) -> pd.DataFrame:
     """Out-of-fold predictions for every row: each fold's models never saw the rows they predict (nor, since folds
-    hold whole workloads, any other config of the same workload)."""
+    hold whole workloads, any other config of the same workload). Hyperparameters and rounds are chosen inside
+    each fold, from its training rows only (`fit_target`); the folds' models are fitted `xgb_params["workers"]` at
+    a time. `choices`, when given, collects per model the fold's choice."""
     out = frame.copy()
     for column in ("pred_time_ratio", "pred_power_ratio", "base_time_ratio", "base_power_ratio"):
         out[column] = np.nan
     out["fold"] = ""
-    for held_out, train, test in leave_one_group_out(folds):
+    splits = list(leave_one_group_out(folds))
+    jobs = [(frame.loc[train], MODEL_TARGETS[model]) for _, train, _ in splits for model in ("time", "power")]
+    fitted_models = fit_targets(jobs, inputs, xgb_params)
+    for index, (held_out, train, test) in enumerate(splits):
         train_rows = frame.loc[train]
         test_rows = frame.loc[test]
-        time_model = fit_target(train_rows, inputs, "time_ratio", xgb_params)
-        power_model = fit_target(train_rows, inputs, "power_ratio", xgb_params)
+        time_model, power_model = fitted_models[2 * index], fitted_models[2 * index + 1]
+        if choices is not None:
+            for model_name, fitted in (("time", time_model), ("power", power_model)):
+                choices.setdefault(model_name, []).append(
+                    {"fold": held_out, "settings": fitted.settings, "rounds": fitted.best_rounds}
+                )
         out.loc[test, "pred_time_ratio"] = predict_ratio(time_model, test_rows)
         out.loc[test, "pred_power_ratio"] = predict_ratio(power_model, test_rows)
         if on_fold is not None:
@@ -151,6 +169,20 @@ def summarize(predictions: pd.DataFrame, bounds: list[float]) -> dict[str, Any]:
     return report
 
 
+def choice_summary(choices: dict[str, list[dict[str, Any]]], varied: list[str]) -> dict[str, Any]:
+    """Per model: how many folds chose each value of the settings the grid varies (`varied`; "fixed" without a
+    grid) and the range of the chosen rounds. What the fold-internal choice did, for the metrics report."""
+    summary: dict[str, Any] = {}
+    for model_name, folds in choices.items():
+        counts: dict[str, int] = {}
+        for fold in folds:
+            label = ",".join(f"{key}={fold['settings'][key]}" for key in varied) or "fixed"
+            counts[label] = counts.get(label, 0) + 1
+        rounds = [int(fold["rounds"]) for fold in folds]
+        summary[model_name] = {"chosen": dict(sorted(counts.items())), "rounds": [min(rounds), max(rounds)]}
+    return summary
+
+
 class FoldBundleWriter:
     """Writes each cross-validation fold's models as a full bundle under `root/<fold>/`, plus `root/index.json`
     mapping every held-out key (workload, or SKU for `generic`) to the fold whose models never saw it. Benchmarks
@@ -194,7 +226,7 @@ class FoldBundleWriter:
 def main() -> None:
     name = sys.argv[1]
     models_params = load_section("models")
-    xgb_params = load_section("xgb")
+    xgb_params = bundle_params(load_section("xgb"), name)
     eval_params = load_section("evaluate")
     schema = json.loads(Path("data/processed/feature_schema.json").read_text())
     table = pd.read_parquet("data/processed/features.parquet")
@@ -208,9 +240,10 @@ def main() -> None:
     fold_key = "sku" if name == GENERIC else "workload"
     table = pd.read_parquet("data/processed/sweeps.parquet")
     writer = FoldBundleWriter(out_dir / "folds", name, inputs, table, fold_key, int(load_section("export")["opset"]))
+    choices: dict[str, list[dict[str, Any]]] = {}
     if name == GENERIC:
         report["cv"] = "leave-one-sku-out"
-        predictions = cross_validate(frame, inputs, frame["sku"], xgb_params, on_fold=writer)
+        predictions = cross_validate(frame, inputs, frame["sku"], xgb_params, on_fold=writer, choices=choices)
         report["per_held_out_sku"] = {
             sku: summarize(rows, bounds) for sku, rows in predictions.groupby("sku", observed=True, sort=True)
         }
@@ -218,12 +251,13 @@ def main() -> None:
         n_folds = int(eval_params["workload_folds"])
         report["cv"] = f"grouped {n_folds}-fold by workload" if n_folds else "leave-one-workload-out"
         folds = grouped_folds(frame["workload"], n_folds, seed)
-        predictions = cross_validate(frame, inputs, folds, xgb_params, on_fold=writer)
+        predictions = cross_validate(frame, inputs, folds, xgb_params, on_fold=writer, choices=choices)
         # Stricter: hold out every input-size variant of a program at once (no sibling inputs in training).
         program_folds = grouped_folds(frame["group"], int(eval_params["program_folds"]), seed)
         strict = cross_validate(frame, inputs, program_folds, xgb_params)
         report["program_holdout"] = summarize(strict, bounds)
     report["folds"] = int(predictions["fold"].nunique())
+    report["fold_choices"] = choice_summary(choices, grid_axes(xgb_params))
     report["overall"] = summarize(predictions, bounds)
     Path("metrics").mkdir(exist_ok=True)
     Path(f"metrics/{name}.json").write_text(json.dumps(report, indent=2) + "\n")

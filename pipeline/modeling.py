@@ -6,23 +6,106 @@ keeps predictions positive; `predict_ratio` undoes the transform.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import multiprocessing
 from collections.abc import Iterator
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import xgboost as xgb
 
+GENERIC = "generic"
+
+# Hyperparameters that `xgb.<name>_choices: [...]` may turn into a grid, chosen inside each training set.
+TUNABLE: tuple[str, ...] = (
+    "max_depth",
+    "min_child_weight",
+    "reg_lambda",
+    "learning_rate",
+    "subsample",
+    "colsample_bytree",
+)
+# Keys with a default, valid in `xgb` and `xgb.generic` even where the base section leaves them out.
+OPTIONAL: tuple[str, ...] = ("early_stopping_key", "n_jobs", "workers")
+# Sections of the xgb parameters that are not hyperparameters of one model.
+_OVERRIDE_SECTIONS: tuple[str, ...] = (GENERIC,)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate of the hyperparameter grid: its settings, its best mean validation loss (RMSE of the log
+    ratio over the early-stopping splits, which hold out part of the TRAINING rows only) and the rounds there."""
+
+    settings: dict[str, float]
+    loss: float
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen candidate (the lowest validation loss; the first listed on a tie) and every candidate tried."""
+
+    settings: dict[str, float]
+    rounds: int
+    trials: tuple[Trial, ...]
+
 
 @dataclass(frozen=True)
 class FittedModel:
-    """An XGBoost regressor of log(target) and the number of boosting rounds that early stopping chose."""
+    """An XGBoost regressor of log(target), the hyperparameters and round count chosen for it, and the
+    candidates that choice compared."""
 
     model: xgb.XGBRegressor
     inputs: tuple[str, ...]
     target: str
     best_rounds: int
+    settings: dict[str, float] = field(default_factory=dict)
+    trials: tuple[Trial, ...] = ()
+
+
+def bundle_params(xgb_params: dict[str, Any], bundle: str) -> dict[str, Any]:
+    """The xgb parameters of one bundle: params.yaml `xgb`, with the `xgb.generic` section's overrides applied for
+    the generic (cross-SKU) bundle. An override of `k` without its own `k_choices` replaces an inherited grid of
+    `k` (a fixed value means fixed). Unknown override keys are an error, not silently ignored."""
+    base = {k: v for k, v in xgb_params.items() if k not in _OVERRIDE_SECTIONS}
+    if bundle != GENERIC:
+        return base
+    overrides = xgb_params.get(GENERIC) or {}
+    if not isinstance(overrides, dict):
+        raise TypeError(f"params.yaml xgb.{GENERIC} must be a mapping, got {type(overrides).__name__}")
+    allowed = set(base) | set(OPTIONAL) | {f"{k}_choices" for k in TUNABLE}
+    unknown = sorted(set(overrides) - allowed)
+    if unknown:
+        raise KeyError(f"params.yaml xgb.{GENERIC}: unknown keys {unknown} (allowed: {sorted(allowed)})")
+    merged = dict(base)
+    for key, value in overrides.items():
+        if key in TUNABLE and f"{key}_choices" not in overrides:
+            merged.pop(f"{key}_choices", None)
+        merged[key] = value
+    return merged
+
+
+def candidate_grid(params: dict[str, Any]) -> list[dict[str, float]]:
+    """Every combination of the `<name>_choices` lists (a name without choices keeps its single value), in the
+    order listed: the first candidate wins ties."""
+    axes: list[list[tuple[str, float]]] = []
+    for name in TUNABLE:
+        values = params.get(f"{name}_choices")
+        if values is None:
+            values = [params[name]]
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"params.yaml xgb.{name}_choices must be a non-empty list, got {values!r}")
+        axes.append([(name, value) for value in values])
+    return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def grid_axes(params: dict[str, Any]) -> list[str]:
+    """The hyperparameters the grid varies (those with more than one choice)."""
+    return [name for name in TUNABLE if len(params.get(f"{name}_choices") or []) > 1]
 
 
 def _regressor(params: dict[str, Any], n_estimators: int) -> xgb.XGBRegressor:
@@ -51,35 +134,100 @@ def validation_groups(groups: np.ndarray, fraction: float, seed: int) -> np.ndar
     return rng.choice(unique, size=min(n_val, len(unique) - 1), replace=False)
 
 
-def early_stopping_rounds(frame: pd.DataFrame, inputs: list[str], y: np.ndarray, params: dict[str, Any]) -> int:
-    """Boosting rounds chosen on held-out workload groups: the minimum of the validation loss averaged over
-    `early_stopping_splits` seeded group splits (one split's curve is too noisy with a few dozen programs). Each
-    split's probe stops once its own loss has not improved for `early_stopping_rounds` rounds; the curves are
-    averaged over the rounds they all reached."""
-    groups = frame["group"].to_numpy()
-    x = frame[inputs].to_numpy(np.float32)
+def validation_splits(frame: pd.DataFrame, params: dict[str, Any]) -> list[np.ndarray]:
+    """Boolean masks of the validation rows of each early-stopping split, all within `frame`. Each split holds out
+    whole values of `early_stopping_key` (a column: `group` = program, the default; `workload`; `sku`):
+    `early_stopping_splits` seeded draws of `validation_fraction` of them, or, with `early_stopping_splits: 0`, one
+    split per value (leave-one-out, for a key with few values such as the SKUs of the generic model)."""
+    key = str(params.get("early_stopping_key", "group"))
+    if key not in frame.columns:
+        raise KeyError(f"params.yaml xgb.early_stopping_key: no column {key!r} in the training rows")
+    keys = frame[key].astype(str).to_numpy()
+    n_splits = int(params["early_stopping_splits"])
+    if n_splits <= 0:
+        unique = np.unique(keys)
+        if len(unique) < 2:
+            raise ValueError(
+                f"params.yaml xgb.early_stopping_key: need at least 2 values of {key!r} in the training rows for a "
+                f"leave-one-out validation split, got {len(unique)}"
+            )
+        return [keys == value for value in unique]
+    seed = int(params["seed"])
+    return [
+        np.isin(keys, validation_groups(keys, float(params["validation_fraction"]), seed + split))
+        for split in range(n_splits)
+    ]
+
+
+def _mean_validation_curve(
+    x: np.ndarray, y: np.ndarray, splits: list[np.ndarray], params: dict[str, Any]
+) -> np.ndarray:
+    """Validation RMSE per round averaged over the splits. Each split's probe stops once its own loss has not
+    improved for `early_stopping_rounds` rounds; the curves are averaged over the rounds they all reached."""
     patience = int(params["early_stopping_rounds"])
     curves = []
-    for split in range(int(params["early_stopping_splits"])):
-        held_out = validation_groups(groups, float(params["validation_fraction"]), int(params["seed"]) + split)
-        val = np.isin(groups, held_out)
+    for val in splits:
         probe = _regressor(params, int(params["n_estimators"]))
         probe.set_params(eval_metric="rmse", early_stopping_rounds=patience)
         probe.fit(x[~val], y[~val], eval_set=[(x[val], y[val])], verbose=False)
         curves.append(np.asarray(probe.evals_result()["validation_0"]["rmse"]))
     reached = min(len(curve) for curve in curves)
-    mean_curve = np.mean([curve[:reached] for curve in curves], axis=0)
-    return int(np.argmin(mean_curve)) + 1
+    return np.asarray(np.mean([curve[:reached] for curve in curves], axis=0))
+
+
+def select_hyperparameters(frame: pd.DataFrame, inputs: list[str], y: np.ndarray, params: dict[str, Any]) -> Selection:
+    """Choose the hyperparameters and boosting rounds from `frame` ALONE (the training rows of a fold, or all rows
+    for a shipped model): every candidate of the grid is scored on the same early-stopping splits, which hold out
+    whole workload groups of `frame`; the candidate with the lowest mean validation loss wins, with the rounds at
+    that minimum. Nothing outside `frame` is seen, so held-out evaluation stays held out."""
+    x = frame[inputs].to_numpy(np.float32)
+    splits = validation_splits(frame, params)
+    trials = []
+    for settings in candidate_grid(params):
+        curve = _mean_validation_curve(x, y, splits, {**params, **settings})
+        best = int(np.argmin(curve))
+        trials.append(Trial(settings=settings, loss=float(curve[best]), rounds=best + 1))
+    chosen = min(trials, key=lambda trial: trial.loss)  # min keeps the first of equal losses
+    return Selection(settings=chosen.settings, rounds=chosen.rounds, trials=tuple(trials))
 
 
 def fit_target(frame: pd.DataFrame, inputs: list[str], target: str, params: dict[str, Any]) -> FittedModel:
-    """Fit log(target) on `inputs`: choose the round count by early stopping on held-out workload groups, then
-    refit on every group with that many rounds (so no group's data is wasted)."""
+    """Fit log(target) on `inputs`: choose the hyperparameters and round count by early stopping on held-out
+    workload groups of `frame`, then refit on every row of `frame` with them (so no group's data is wasted)."""
     y = np.log(frame[target].to_numpy(np.float64))
-    best_rounds = early_stopping_rounds(frame, inputs, y, params)
-    final = _regressor(params, best_rounds)
+    selection = select_hyperparameters(frame, inputs, y, params)
+    final = _regressor({**params, **selection.settings}, selection.rounds)
     final.fit(frame[inputs].to_numpy(np.float32), y, verbose=False)
-    return FittedModel(model=final, inputs=tuple(inputs), target=target, best_rounds=best_rounds)
+    return FittedModel(
+        model=final,
+        inputs=tuple(inputs),
+        target=target,
+        best_rounds=selection.rounds,
+        settings=selection.settings,
+        trials=selection.trials,
+    )
+
+
+FitJob = tuple[pd.DataFrame, str]
+
+
+def _fit_job(job: FitJob, inputs: list[str], params: dict[str, Any]) -> FittedModel:
+    frame, target = job
+    return fit_target(frame, inputs, target, params)
+
+
+def fit_targets(jobs: list[FitJob], inputs: list[str], params: dict[str, Any]) -> list[FittedModel]:
+    """`fit_target` for every (rows, target) job, in job order. `params["workers"]` (default 1) jobs run at once,
+    each in its own spawned process with `n_jobs` XGBoost threads: small tables keep one thread busy better than
+    several, so the folds or models of a stage spread over the cores instead. Every job sees only its own rows and
+    its result does not depend on which process ran it."""
+    workers = min(int(params.get("workers", 1)), len(jobs))
+    fit = functools.partial(_fit_job, inputs=inputs, params=params)
+    if workers <= 1:
+        return [fit(job) for job in jobs]
+    # Spawned, not forked: a fork of a process whose OpenMP runtime (XGBoost's) has started can hang.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fit, jobs))
 
 
 def predict_ratio(fitted: FittedModel, frame: pd.DataFrame) -> np.ndarray:

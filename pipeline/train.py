@@ -17,10 +17,9 @@ from typing import Any
 
 import pandas as pd
 
-from gpoeo_pipeline.modeling import fit_target, frame_digest
+from gpoeo_pipeline.modeling import GENERIC, FittedModel, bundle_params, fit_targets, frame_digest, grid_axes
 from gpoeo_pipeline.params import load_section
 
-GENERIC = "generic"
 MODEL_TARGETS: dict[str, str] = {"time": "time_ratio", "power": "power_ratio"}
 
 
@@ -48,10 +47,25 @@ def select_training_rows(table: pd.DataFrame, name: str, models_params: dict[str
     return frame.reset_index(drop=True)
 
 
+def model_info(fitted: FittedModel) -> dict[str, Any]:
+    """What train_info.json records of one model: the target, the chosen hyperparameters and rounds, and the
+    validation loss of every candidate the choice compared (on the training rows only)."""
+    return {
+        "target": fitted.target,
+        "transform": "log",
+        "rounds": fitted.best_rounds,
+        "chosen": fitted.settings,
+        "candidates": [
+            {"settings": trial.settings, "validation_rmse": trial.loss, "rounds": trial.rounds}
+            for trial in fitted.trials
+        ],
+    }
+
+
 def main() -> None:
     name = sys.argv[1]
     models_params = load_section("models")
-    xgb_params = load_section("xgb")
+    xgb_params = bundle_params(load_section("xgb"), name)
     schema = json.loads(Path("data/processed/feature_schema.json").read_text())
     table = pd.read_parquet("data/processed/features.parquet")
     frame = select_training_rows(table, name, models_params)
@@ -69,12 +83,16 @@ def main() -> None:
         "training_data_sha256": frame_digest(frame),
         "models": {},
     }
-    for model_name, target in MODEL_TARGETS.items():
-        fitted = fit_target(frame, inputs, target, xgb_params)
+    fitted_models = fit_targets([(frame, target) for target in MODEL_TARGETS.values()], inputs, xgb_params)
+    for model_name, fitted in zip(MODEL_TARGETS, fitted_models, strict=True):
         fitted.model.get_booster().save_model(out_dir / f"{model_name}.json")
-        info["models"][model_name] = {"target": target, "transform": "log", "rounds": fitted.best_rounds}
+        info["models"][model_name] = model_info(fitted)
     (out_dir / "train_info.json").write_text(json.dumps(info, indent=2) + "\n")
-    print(f"train {name}: {len(frame)} rows, rounds {[m['rounds'] for m in info['models'].values()]}")
+    axes = grid_axes(xgb_params)
+    chosen = {
+        model: {**{k: m["chosen"][k] for k in axes}, "rounds": m["rounds"]} for model, m in info["models"].items()
+    }
+    print(f"train {name}: {len(frame)} rows, chosen {chosen}")
 
 
 if __name__ == "__main__":

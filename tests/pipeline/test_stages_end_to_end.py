@@ -21,7 +21,7 @@ PARAMS = {
     },
     "models": {
         "bundles": ["sim-a", "generic"],
-        "generic_train_skus": ["sim-a", "sim-b"],
+        "generic_train_skus": ["sim-a", "sim-b", "sim-c"],
         "min_groups": 3,
     },
     "xgb": {
@@ -29,7 +29,9 @@ PARAMS = {
         "early_stopping_splits": 2,
         "early_stopping_rounds": 10,
         "validation_fraction": 0.25,
+        "early_stopping_key": "workload",
         "max_depth": 3,
+        "max_depth_choices": [2, 3],
         "learning_rate": 0.2,
         "subsample": 1.0,
         "colsample_bytree": 1.0,
@@ -37,6 +39,8 @@ PARAMS = {
         "reg_lambda": 1.0,
         "n_jobs": 1,
         "seed": 0,
+        # The generic model stops early leave-one-SKU-out among its training SKUs, at a fixed depth.
+        "generic": {"early_stopping_key": "sku", "early_stopping_splits": 0, "max_depth": 2},
     },
     "evaluate": {"workload_folds": 0, "program_folds": 0, "bounds": [0.05, 0.02], "plot_workloads": 4},
     "export": {"opset": 15, "max_rel_diff": 1.0e-4},
@@ -58,6 +62,7 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         [
             synthetic_sweeps(n_programs=4, sku="sim-a", seed=1),
             synthetic_sweeps(n_programs=4, sku="sim-b", seed=2),
+            synthetic_sweeps(n_programs=4, sku="sim-c", seed=3),
         ]
     )
     sweeps.to_parquet(tmp_path / "data/processed/sweeps.parquet", index=False)
@@ -98,9 +103,17 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
         assert workload in fold_manifest.raw["held_out"]
         assert fold_manifest.nvml_names == ()
     generic_index = json.loads((workdir / "data/eval/generic/folds/index.json").read_text())
-    assert set(generic_index["folds"]) == {"sim-a", "sim-b"}
+    assert set(generic_index["folds"]) == {"sim-a", "sim-b", "sim-c"}
     generic_metrics = json.loads((workdir / "metrics/generic.json").read_text())
-    assert set(generic_metrics["per_held_out_sku"]) == {"sim-a", "sim-b"}
+    assert set(generic_metrics["per_held_out_sku"]) == {"sim-a", "sim-b", "sim-c"}
+    # Hyperparameters chosen inside each fold and for the shipped models, recorded where they were chosen.
+    assert sum(metrics["fold_choices"]["time"]["chosen"].values()) == 8
+    assert set(metrics["fold_choices"]["time"]["chosen"]) <= {"max_depth=2", "max_depth=3"}
+    assert generic_metrics["fold_choices"]["power"]["chosen"] == {"fixed": 3}
+    info = json.loads((workdir / "data/models/sim-a/train_info.json").read_text())
+    assert [c["settings"]["max_depth"] for c in info["models"]["time"]["candidates"]] == [2, 3]
+    assert manifest.raw["hyperparameters"]["time"] == info["models"]["time"]["chosen"]
+    assert generic.raw["hyperparameters"]["power"]["max_depth"] == 2
     for name in ("pred_vs_measured.png", "pareto.png"):
         assert (workdir / "plots/sim-a" / name).read_bytes()[:4] == b"\x89PNG"
 
