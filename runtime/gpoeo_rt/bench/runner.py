@@ -167,7 +167,7 @@ def _step_ends(gpu: SimulatedGPU) -> StepEnds:
     return lambda since_s: gpu.truth.iterations(since_s).t_s
 
 
-def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle, seed: int = 0) -> BenchPolicy:
+def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle, seed: int) -> BenchPolicy:
     s = task.settings
     ends = _step_ends(gpu)
     if name == "default":
