@@ -16,7 +16,11 @@ iteration (ReplayGPU(loop=...): seams at iteration ends), from 20 starts 1 s apa
 data/traces/h200 also from 12 s, the stretch where its iteration time drifts 50 -> 53 ms.
 These are replays of recordings, not live runs.
 
-Usage: python scripts/bench_profiling.py [--rows] [--step STEP] [--no-loop] [TRACES_DIR ...]
+--hold SECONDS: instead, hold on each steady phase of >= 40 ms (looped, 8 starts 2 s apart) for SECONDS of
+simulated time and count the false phase changes (the job never changes) and the suspicions that were confirmed
+away.
+
+Usage: python scripts/bench_profiling.py [--rows] [--step STEP] [--no-loop] [--hold SECONDS] [TRACES_DIR ...]
        (default: data/traces/h200 data/traces/h200-live)
 """
 
@@ -28,7 +32,15 @@ from pathlib import Path
 
 import numpy as np
 
-from gpoeo_rt.bench.replay import ReplayOutcome, format_outcome, looped_table, replay_table, verdict
+from gpoeo_rt.bench.replay import (
+    RESOLVABLE_S,
+    ReplayOutcome,
+    format_outcome,
+    hold_replay,
+    looped_table,
+    replay_table,
+    verdict,
+)
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import default_bundle_dirs, select_bundle
 from gpoeo_rt.tracefile import read_iterations
@@ -60,6 +72,32 @@ def _summary(rows: list[ReplayOutcome]) -> str:
     return "\n".join(lines)
 
 
+def hold_report(roots: list[Path], predictor: Predictor, duration_s: float, starts: int = 8) -> None:
+    """False phase changes while holding on looped steady phases (the job never changes)."""
+    total: Counter[str] = Counter()
+    for traces in roots:
+        for folder in sorted(d for d in traces.iterdir() if d.is_dir() and (d / "nvml_buffered.csv").exists()):
+            iterations = read_iterations(folder)
+            for phase in iterations.phases() if iterations is not None else []:
+                if phase.period_s < RESOLVABLE_S:
+                    continue
+                runs = [
+                    hold_replay(folder, phase.phase, predictor, duration_s=duration_s, offset_s=2.0 * k)
+                    for k in range(starts)
+                ]
+                assert all(r.clock_writes == 0 for r in runs)
+                events: Counter[str] = Counter()
+                for r in runs:
+                    events.update(r.events)
+                total.update(events)
+                print(
+                    f"{runs[0].trace:32s} phase {phase.phase} ({phase.period_s * 1e3:6.1f} ms): {starts} x "
+                    f"{duration_s:.0f} s: phase changes {[r.phase_changes for r in runs]}, "
+                    f"confirmed away {events['change_suspected'] - events['phase_change']}, holds {events['hold']}"
+                )
+    print(f"all: {total['phase_change']} false phase changes, {total['change_suspected']} suspicions")
+
+
 def main() -> None:
     here = Path(__file__).resolve().parents[1]
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
@@ -67,10 +105,14 @@ def main() -> None:
     ap.add_argument("--rows", action="store_true", help="print every replay, not only the summary")
     ap.add_argument("--step", type=float, default=1.0, help="seconds between start times (default 1)")
     ap.add_argument("--no-loop", action="store_true", help="skip the looped replays")
+    ap.add_argument("--hold", type=float, metavar="SECONDS", help="count false phase changes while holding instead")
     args = ap.parse_args()
     roots = args.roots or [here / "data/traces/h200", here / "data/traces/h200-live"]
     bundles = next(d for d in default_bundle_dirs() if d.is_dir())
     predictor = Predictor(select_bundle(bundles, "NVIDIA H200").manifest)
+    if args.hold:
+        hold_report(roots, predictor, args.hold)
+        return
     tally: Counter[str] = Counter()
     for traces in roots:
         rows = replay_table(sorted(d for d in traces.iterdir() if d.is_dir()), predictor, args.step)

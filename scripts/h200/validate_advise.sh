@@ -19,11 +19,17 @@ job_with_daemon() {
     mkdir -p "$dir"
     # python3 directly (not the rt function), so that $! is the daemon's own pid for its CPU time
     python3 -m gpoeo_rt start --advise --run-dir "$dir/run" --state-dir "$dir/state" > "$dir/daemon.log" 2>&1 &
-    local daemon=$! t0 c0
+    local daemon=$! t0 c0 sampler
     t0=$(date +%s.%N); c0=$(cpu_ticks "$daemon")
+    # The daemon's CPU ticks every 5 s, for its steady state: the whole-run average is dominated by start-up.
+    { echo "clk_tck $(getconf CLK_TCK)"
+      while kill -0 "$daemon" 2> /dev/null; do echo "$(date +%s.%N) $(cpu_ticks "$daemon")"; sleep 5; done
+    } > "$dir/cpu_trace.txt" 2> /dev/null &
+    sampler=$!
     python3 "$here/scripts/h200/train_workload.py" "$spec" "$dir/iterations.csv" "$3" > "$dir/train.log" 2>&1
     local c1 t1
     c1=$(cpu_ticks "$daemon"); t1=$(date +%s.%N)
+    kill "$sampler" 2> /dev/null || true
     python3 -m gpoeo_rt status --json --run-dir "$dir/run" > "$dir/status.json"
     : > "$dir/status_time.txt"
     for _ in 1 2 3 4 5; do  # wall time of the whole `gpoeo-rt status` command, interpreter start-up included

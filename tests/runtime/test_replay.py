@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpoeo_rt.bench.replay import RESOLVABLE_S, looped_table, profile_replay, start_times, verdict
+from gpoeo_rt.bench.replay import RESOLVABLE_S, hold_replay, looped_table, profile_replay, start_times, verdict
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.device import ClockWriteNotAllowedError
 from gpoeo_rt.device.replay import ReplayEndedError, ReplayGPU
@@ -167,3 +167,17 @@ def test_9_8_ms_iterations_never_get_a_baseline_however_long_profiling_runs(
     assert all(o.phase is not None and o.phase.period_s < RESOLVABLE_S for o in rows)
     for outcome in rows:
         assert outcome.conclusion == "fallback", outcome.events
+
+
+@pytest.mark.parametrize(
+    ("folder", "offsets_s"), [(LIVE / "gpt_16-mlp_65536", (0.0, 8.0)), (SHARED / "gpt_16-mlp_65536", (6.0,))]
+)
+def test_holding_a_steady_72_ms_job_for_30_minutes_declares_no_phase_change(
+    folder: Path, offsets_s: tuple[float, ...], predictor: Predictor
+) -> None:
+    # A hold window of ~28 cycles misses this job's period now and then at the same power level; before the
+    # confirmation took a window twice as long, these starts re-profiled 3, 6 and 11 times in 30 minutes.
+    runs = [hold_replay(folder, 0, predictor, duration_s=1800.0, offset_s=k) for k in offsets_s]
+    assert all(r.clock_writes == 0 for r in runs)
+    assert sum(r.events.get("hold", 0) for r in runs) >= 40 * len(runs)  # it really held, checking all along
+    assert [r.phase_changes for r in runs] == [0] * len(runs)

@@ -6,6 +6,7 @@ samples a real GPU produced, but the job never reacted to anything it did (it do
 and steps it until profiling concludes: a baseline (then one more step for the advice), the aperiodic fallback,
 or the end of the recording. `replay_table` does that for several start times per trace and phase,
 `looped_table` over a recorded stretch played in a loop (recordings are shorter than hard profiling can take).
+`hold_replay` runs it for long on a looped steady phase, to count false phase changes while holding.
 """
 
 from __future__ import annotations
@@ -171,6 +172,52 @@ def looped_table(
     loop = (truth.start_s + from_s, end)
     a = ReplayGPU(folder, loop=loop).now_s()
     return [profile_replay(folder, a + k * step_s, predictor, loop=loop) for k in range(starts)]
+
+
+@dataclass(frozen=True)
+class HoldOutcome:
+    """What the advise-mode controller did over a long looped replay of one steady recorded phase."""
+
+    trace: str
+    phase: PhaseTruth
+    start_s: float
+    duration_s: float
+    events: dict[str, int]  # decisions per event name
+    clock_writes: int = 0
+
+    @property
+    def phase_changes(self) -> int:
+        """Re-profilings declared on a job that never changed: each would cost the saving of a held config."""
+        return self.events.get("phase_change", 0)
+
+
+def hold_replay(
+    folder: str | Path,
+    phase: int,
+    predictor: Predictor,
+    *,
+    duration_s: float = 1800.0,
+    offset_s: float = 0.0,
+    from_s: float = 1.0,
+) -> HoldOutcome:
+    """Run the advise-mode controller for duration_s over one recorded phase looped (seams at iteration ends),
+    from offset_s into the loop: profiling, then holding with its periodic checks. The job never changes, so every
+    `phase_change` is a false alarm (or a loop seam: a drifting stretch jumps back at each one)."""
+    folder = Path(folder)
+    iterations = read_iterations(folder)
+    if iterations is None:
+        raise ValueError(f"{folder}: no ground truth to loop on")
+    truth = next(p for p in iterations.phases() if p.phase == phase)
+    loop = (truth.start_s + from_s, min(truth.end_s, ReplayGPU(folder).end_s))
+    first = ReplayGPU(folder, loop=loop).now_s()
+    gpu = ReplayGPU(folder, start_s=first + offset_s, loop=loop, loop_s=duration_s + 120.0)
+    controller = Controller(gpu, predictor=predictor, config=ControllerConfig(advise=True))
+    events: dict[str, int] = {}
+    t0 = gpu.now_s()
+    while gpu.now_s() - t0 < duration_s:
+        event = controller.step().event
+        events[event] = events.get(event, 0) + 1
+    return HoldOutcome(f"{folder.parent.name}/{folder.name}", truth, t0, duration_s, events, gpu.clock_write_attempts)
 
 
 def verdict(outcome: ReplayOutcome, tolerance: float = 0.02) -> str:
