@@ -1,9 +1,10 @@
 """DVC stage `features`: one training row per (sku, workload, config), with inputs measured at the reference.
 
 Inputs are the workload's `feat_*` counters at its reference row plus the config as ratios to the reference clocks
-(and absolute MHz, used by per-SKU models only), and the derived inputs params.yaml `features.derived_inputs` declares
-(closed-form functions of those, `gpoeo_rt.inputs`: the same code computes them in the runtime). Targets are time, power and energy ratios to the reference. The
-input order is explicit and written to a schema file that the export and bundle stages (and so the runtime) follow.
+(and absolute MHz, used by per-SKU models only), and the derived inputs params.yaml `features.derived_inputs`
+declares (closed-form functions of those, `gpoeo_rt.inputs`: the same code computes them in the runtime). Targets
+are time, power and energy ratios to the reference. The input order is explicit and written to a schema file that
+the export and bundle stages (and so the runtime) follow.
 
 Outputs: data/processed/features.parquet, data/processed/feature_schema.json.
 """

@@ -1,9 +1,9 @@
 """Model bundles: `models/<sku>/` holds time.onnx, power.onnx and manifest.json.
 
 The manifest is the contract between the pipeline that writes a bundle and the runtime that loads it. A bundle is
-accepted only if its schema version is known, every file's sha256 matches, and each ONNX model takes exactly the
-manifest's feature list, every one of which the runtime can compute (`gpoeo_rt.inputs`). The pipeline runs the same check on what it wrote, so a bundle that would be refused here
-is never shipped.
+accepted only if its schema version is known, every file's sha256 matches, every input the manifest names is one
+the runtime can compute (`gpoeo_rt.inputs`), and each ONNX model takes exactly the manifest's feature list. The
+pipeline runs the same check on what it wrote, so a bundle that would be refused here is never shipped.
 """
 
 from __future__ import annotations
