@@ -74,6 +74,9 @@ def build_manifest(name: str, params: dict[str, Any]) -> dict[str, Any]:
         "name": name,
         "nvml_names": nvml_names,
         "feature_names": feature_names,
+        # Formulas of the derived inputs among feature_names (documentation: the runtime computes them by name, with
+        # gpoeo_rt.inputs, the code the pipeline used).
+        "derived_inputs": {k: v for k, v in schema.get("derived_inputs", {}).items() if k in feature_names},
         "target_transform": schema["target_transform"],
         "targets": {"time": "time_ratio", "power": "power_ratio"},
         "reference_clocks": reference,

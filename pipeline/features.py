@@ -1,8 +1,10 @@
 """DVC stage `features`: one training row per (sku, workload, config), with inputs measured at the reference.
 
 Inputs are the workload's `feat_*` counters at its reference row plus the config as ratios to the reference clocks
-(and absolute MHz, used by per-SKU models only). Targets are time, power and energy ratios to the reference. The
-input order is explicit and written to a schema file that the export and bundle stages (and so the runtime) follow.
+(and absolute MHz, used by per-SKU models only), and the derived inputs params.yaml `features.derived_inputs`
+declares (closed-form functions of those, `gpoeo_rt.inputs`: the same code computes them in the runtime). Targets
+are time, power and energy ratios to the reference. The input order is explicit and written to a schema file that
+the export and bundle stages (and so the runtime) follow.
 
 Outputs: data/processed/features.parquet, data/processed/feature_schema.json.
 """
@@ -12,11 +14,14 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from gpoeo_pipeline.params import load_section
 from gpoeo_rt.features import FEATURE_NAMES
+from gpoeo_rt.inputs import BASE_INPUTS, DERIVED_INPUTS, UnknownInputError, check_input_names, input_columns
 
 TARGETS: tuple[str, ...] = ("time_ratio", "power_ratio", "energy_ratio")
 ID_COLUMNS: tuple[str, ...] = ("sku", "source", "workload", "group", "sm_clock_mhz", "mem_clock_mhz", "ref")
@@ -81,14 +86,58 @@ def build_training_table(sweeps: pd.DataFrame, group_pattern: str) -> pd.DataFra
     return table.sort_values(["sku", "workload", "sm_clock_mhz", "mem_clock_mhz"]).reset_index(drop=True)
 
 
-def feature_schema(params: dict[str, object]) -> dict[str, object]:
+def model_inputs(params: dict[str, Any]) -> dict[str, list[str]]:
+    """The input lists of the two model families, from params.yaml `features`: generic = `generic_inputs` then
+    `derived_inputs.generic`; per SKU = `generic_inputs`, `sku_extra_inputs`, then `derived_inputs.sku`. Every name
+    must be one the runtime can compute (`gpoeo_rt.inputs`), else a ValueError naming it and params.yaml."""
+    derived = params.get("derived_inputs") or {}
+    if not isinstance(derived, dict) or set(derived) - {"generic", "sku"}:
+        raise ValueError(f"params.yaml features.derived_inputs: a mapping with keys generic and sku, got {derived!r}")
+    lists = {family: list(derived.get(family) or []) for family in ("generic", "sku")}
+    for family, names in lists.items():
+        where = f"params.yaml features.derived_inputs.{family}"
+        not_derived = [name for name in names if name not in DERIVED_INPUTS]
+        try:
+            check_input_names(names, where)
+        except UnknownInputError as exc:
+            raise ValueError(str(exc)) from exc
+        if not_derived:
+            raise ValueError(f"{where}: {not_derived} are not derived inputs (known: {sorted(DERIVED_INPUTS)})")
+    generic_inputs = list(params["generic_inputs"]) + lists["generic"]
+    sku_inputs = list(params["generic_inputs"]) + list(params["sku_extra_inputs"]) + lists["sku"]
+    for key, names in (("generic_inputs", generic_inputs), ("sku_inputs", sku_inputs)):
+        try:
+            check_input_names(names, f"params.yaml features ({key})")
+        except UnknownInputError as exc:
+            raise ValueError(str(exc)) from exc
+        if len(set(names)) != len(names):
+            raise ValueError(f"params.yaml features: {key} lists an input twice: {names}")
+    return {"generic_inputs": generic_inputs, "sku_inputs": sku_inputs}
+
+
+def add_derived_inputs(table: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """`table` with a column for every derived input in `names`, computed by `gpoeo_rt.inputs.input_columns` (the
+    runtime's definition) from the table's counters and clock ratios: the pipeline's only place that computes them."""
+    wanted = [name for name in dict.fromkeys(names) if name in DERIVED_INPUTS]
+    if not wanted:
+        return table
+    base = {name: table[name].to_numpy(np.float64) for name in BASE_INPUTS}
+    columns = input_columns(wanted, base, "params.yaml features")
+    return table.assign(**columns)
+
+
+def feature_schema(params: dict[str, Any]) -> dict[str, object]:
     """The explicit input order of each model family; ONNX inputs f0..fN follow these lists."""
-    generic_inputs = list(params["generic_inputs"])  # type: ignore[call-overload]
-    sku_inputs = generic_inputs + list(params["sku_extra_inputs"])  # type: ignore[call-overload]
+    inputs = model_inputs(params)
     return {
         "schema_version": 1,
-        "sku_inputs": sku_inputs,
-        "generic_inputs": generic_inputs,
+        "sku_inputs": inputs["sku_inputs"],
+        "generic_inputs": inputs["generic_inputs"],
+        "derived_inputs": {
+            name: DERIVED_INPUTS[name].formula
+            for name in dict.fromkeys(inputs["generic_inputs"] + inputs["sku_inputs"])
+            if name in DERIVED_INPUTS
+        },
         "targets": {"time": "time_ratio", "power": "power_ratio"},
         "target_transform": "log",
         "group_pattern": params["group_pattern"],
@@ -98,11 +147,14 @@ def feature_schema(params: dict[str, object]) -> dict[str, object]:
 def main() -> None:
     params = load_section("features")
     sweeps = pd.read_parquet(params.get("sweeps", "data/processed/sweeps.parquet"))
+    schema = feature_schema(params)
     table = build_training_table(sweeps, str(params["group_pattern"]))
+    inputs = model_inputs(params)
+    table = add_derived_inputs(table, inputs["generic_inputs"] + inputs["sku_inputs"])
     out = Path("data/processed")
     out.mkdir(parents=True, exist_ok=True)
     table.to_parquet(out / "features.parquet", index=False)
-    (out / "feature_schema.json").write_text(json.dumps(feature_schema(params), indent=2) + "\n")
+    (out / "feature_schema.json").write_text(json.dumps(schema, indent=2) + "\n")
     print(f"features: {len(table)} rows, {table['sku'].nunique()} SKUs, {table['group'].nunique()} workload groups")
 
 

@@ -9,6 +9,7 @@ import pytest
 import xgboost as xgb
 
 from gpoeo_pipeline.export import ExportMismatchError, booster_to_onnx, onnx_predict, verify
+from gpoeo_rt.inputs import BASE_INPUTS
 from gpoeo_rt.prediction.bundle import BundleError, sha256_file, verify_bundle
 
 
@@ -45,7 +46,7 @@ def _write_bundle(directory: Path, n_inputs: int = 4) -> Path:
         "schema_version": 1,
         "name": "sim-gpu",
         "nvml_names": ["Sim GPU"],
-        "feature_names": [f"x{i}" for i in range(n_inputs)],
+        "feature_names": list(BASE_INPUTS[:n_inputs]),
         "target_transform": "log",
         "reference_clocks": {"sm_clock_mhz": 1500.0, "mem_clock_mhz": 877.0},
         "clock_table": [[600.0, 877.0], [1500.0, 877.0]],

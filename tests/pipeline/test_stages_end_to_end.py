@@ -4,12 +4,16 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+import xgboost as xgb
 import yaml
 
 from gpoeo_pipeline import bundle, evaluate, export, features, train
+from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.prediction.bundle import verify_bundle
+from gpoeo_rt.prediction.predictor import Predictor
 from tests.pipeline.synthetic import synthetic_sweeps
 
 PARAMS = {
@@ -18,6 +22,7 @@ PARAMS = {
         "group_pattern": "^([^/]+)",
         "generic_inputs": ["feat_sm_active", "feat_dram_active", "sm_ratio", "mem_ratio"],
         "sku_extra_inputs": ["sm_clock_mhz", "mem_clock_mhz"],
+        "derived_inputs": {"generic": ["roofline_time"], "sku": ["compute_term", "inv_sm_ratio"]},
     },
     "models": {
         "bundles": ["sim-a", "generic"],
@@ -85,9 +90,31 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
         "mem_ratio",
         "sm_clock_mhz",
         "mem_clock_mhz",
+        "compute_term",
+        "inv_sm_ratio",
     )
+    assert manifest.raw["derived_inputs"] == {
+        "compute_term": "feat_sm_active * (1 / sm_ratio - 1)",
+        "inv_sm_ratio": "1 / sm_ratio",
+    }
     generic = verify_bundle(workdir / "models/generic")
     assert generic.clock_table == ()
+    assert generic.feature_names[-1] == "roofline_time"
+    # The shipped bundle, run by the runtime, gives what the pipeline's models give on the same rows.
+    table = pd.read_parquet(workdir / "data/processed/features.parquet")
+    rows = table.loc[table["sku"] == "sim-a"]
+    predictor = Predictor(manifest)
+    booster = xgb.Booster()
+    booster.load_model(workdir / "data/models/sim-a/time.json")
+    for _, workload_rows in rows.groupby("workload"):
+        ref = workload_rows.loc[workload_rows["ref"]].iloc[0]
+        counters = {name: float(ref[name]) for name in FEATURE_NAMES}
+        sm, mem = workload_rows["sm_clock_mhz"].to_numpy(), workload_rows["mem_clock_mhz"].to_numpy()
+        x = predictor.design_matrix(counters, sm, mem, float(ref["sm_clock_mhz"]), float(ref["mem_clock_mhz"]))
+        np.testing.assert_array_equal(x, workload_rows[list(manifest.feature_names)].to_numpy(np.float32))
+        expected = np.exp(booster.predict(xgb.DMatrix(x)).astype(np.float64))
+        got = predictor.predict_grid(counters, sm, mem, float(ref["sm_clock_mhz"]), float(ref["mem_clock_mhz"]))
+        np.testing.assert_allclose(got.time_ratio, expected, rtol=1e-4)
 
     metrics = json.loads((workdir / "metrics/sim-a.json").read_text())
     assert metrics["cv"] == "leave-one-workload-out"

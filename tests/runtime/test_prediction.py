@@ -59,3 +59,35 @@ def test_no_match_and_no_generic_is_a_clear_error(tmp_path: Path) -> None:
         select_bundle(tmp_path, "NVIDIA H200")
     with pytest.raises(BundleError, match="not found"):
         select_bundle(tmp_path / "nowhere", "NVIDIA H200")
+
+
+def test_a_bundle_with_an_input_the_runtime_cannot_compute_is_refused_naming_input_and_manifest(tmp_path: Path) -> None:
+    import json
+
+    bundle = write_bundle(tmp_path / "b")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["feature_names"][1] = "bogus_term"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"b/manifest\.json: model input 'bogus_term' is not"):
+        verify_bundle(bundle)
+    # A manifest that got past verification some other way is refused before any prediction.
+    from gpoeo_rt.prediction.bundle import parse_manifest
+
+    with pytest.raises(BundleError, match=r"b/manifest\.json: model input 'bogus_term'"):
+        Predictor(parse_manifest(bundle))
+
+
+def test_derived_inputs_are_computed_from_counters_and_clocks(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from gpoeo_rt.prediction.predictor import design_matrix
+
+    manifest = replace(
+        verify_bundle(write_bundle(tmp_path / "b")),
+        feature_names=("compute_term", "roofline_time", "inv_mem_ratio", "feat_fp64_active"),
+    )
+    x = design_matrix(manifest, {"feat_sm_active": 0.8, "feat_dram_active": 0.5}, [750.0], [700.0], 1500.0, 875.0)
+    assert x[0, 0] == pytest.approx(0.8 * (2.0 - 1.0))
+    assert x[0, 1] == pytest.approx(max(0.8 / 0.5, 0.5 / 0.8) + 1 - 0.8)
+    assert x[0, 2] == pytest.approx(1.25)
+    assert np.isnan(x[0, 3])

@@ -1,9 +1,9 @@
 """Model bundles: `models/<sku>/` holds time.onnx, power.onnx and manifest.json.
 
 The manifest is the contract between the pipeline that writes a bundle and the runtime that loads it. A bundle is
-accepted only if its schema version is known, every file's sha256 matches, and each ONNX model takes exactly the
-manifest's feature list. The pipeline runs the same check on what it wrote, so a bundle that would be refused here
-is never shipped.
+accepted only if its schema version is known, every file's sha256 matches, every input the manifest names is one
+the runtime can compute (`gpoeo_rt.inputs`), and each ONNX model takes exactly the manifest's feature list. The
+pipeline runs the same check on what it wrote, so a bundle that would be refused here is never shipped.
 """
 
 from __future__ import annotations
@@ -93,6 +93,12 @@ def verify_bundle(bundle_dir: Path) -> Manifest:
     manifest = parse_manifest(bundle_dir)
     if manifest.target_transform not in ("log", "none"):
         raise BundleError(f"{bundle_dir}: unknown target_transform {manifest.target_transform!r}")
+    from gpoeo_rt.inputs import UnknownInputError, check_input_names  # lazy: numpy, not needed by `status`
+
+    try:
+        check_input_names(manifest.feature_names, str(bundle_dir / MANIFEST_NAME))
+    except UnknownInputError as exc:
+        raise BundleError(str(exc)) from exc
     for model_name, file_name in MODEL_FILES.items():
         path = bundle_dir / file_name
         if not path.exists():

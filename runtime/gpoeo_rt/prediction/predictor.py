@@ -1,7 +1,8 @@
 """Predict time and power ratios for a whole clock grid with one onnxruntime call per model.
 
-Inputs are built in the manifest's feature order: the workload's counters (measured at the reference clocks) repeated
-on every row, then the candidate config as ratios to the reference clocks (and absolute MHz for per-SKU bundles).
+Inputs are built in the manifest's feature order (`design_matrix`): the workload's counters (measured at the reference
+clocks) repeated on every row, the candidate config as ratios to the reference clocks (and absolute MHz for per-SKU
+bundles), and the derived inputs of `gpoeo_rt.inputs`, computed by the same code as in the pipeline.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpoeo_rt.prediction.bundle import MODEL_FILES, BundleError, Manifest
+from gpoeo_rt.features import FEATURE_NAMES
+from gpoeo_rt.inputs import UnknownInputError, check_input_names, input_columns
+from gpoeo_rt.prediction.bundle import MANIFEST_NAME, MODEL_FILES, BundleError, Manifest
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -44,6 +47,42 @@ class GridPrediction:
         return np.asarray(front, dtype=np.int64)
 
 
+def design_matrix(
+    manifest: Manifest,
+    counters: Mapping[str, float | None],
+    sm_clock_mhz: Sequence[float] | FloatArray,
+    mem_clock_mhz: Sequence[float] | FloatArray,
+    reference_sm_clock_mhz: float,
+    reference_mem_clock_mhz: float,
+) -> npt.NDArray[np.float32]:
+    """The model inputs of every candidate config, in the manifest's feature order: the runtime's only place that
+    builds them. Counters (measured at the reference) repeat on every row; a counter the GPU cannot report is NaN
+    (the trees were trained with missing values). Derived inputs come from `gpoeo_rt.inputs.input_columns`, the
+    definition the pipeline's features stage uses too; a name it does not know is a BundleError naming the input
+    and the manifest."""
+    sm = np.asarray(sm_clock_mhz, dtype=np.float64)
+    mem = np.asarray(mem_clock_mhz, dtype=np.float64)
+    if sm.shape != mem.shape or sm.ndim != 1:
+        raise ValueError(f"clock grid: sm and mem clock arrays must be equal 1-D, got {sm.shape}, {mem.shape}")
+    base: dict[str, FloatArray] = {
+        "sm_ratio": sm / reference_sm_clock_mhz,
+        "mem_ratio": mem / reference_mem_clock_mhz,
+        "sm_clock_mhz": sm,
+        "mem_clock_mhz": mem,
+    }
+    for name in FEATURE_NAMES:
+        value = counters.get(name)
+        base[name] = np.full(sm.size, np.nan if value is None else float(value), dtype=np.float64)
+    try:
+        columns = input_columns(manifest.feature_names, base, str(manifest.path / MANIFEST_NAME))
+    except UnknownInputError as exc:
+        raise BundleError(str(exc)) from exc
+    matrix = np.empty((sm.size, len(manifest.feature_names)), dtype=np.float32)
+    for j, name in enumerate(manifest.feature_names):
+        matrix[:, j] = columns[name]
+    return matrix
+
+
 class Predictor:
     """Holds one bundle's two ONNX sessions; cheap to call once per decision."""
 
@@ -54,6 +93,11 @@ class Predictor:
         # One thread: deterministic, and no thread pool competing with the training job for CPU.
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
+        # An input the runtime cannot compute is refused here, before any session is built.
+        try:
+            check_input_names(manifest.feature_names, str(manifest.path / MANIFEST_NAME))
+        except UnknownInputError as exc:
+            raise BundleError(str(exc)) from exc
         self.manifest = manifest
         self._sessions: dict[str, Any] = {
             name: ort.InferenceSession(str(manifest.path / file_name), options, providers=["CPUExecutionProvider"])
@@ -68,27 +112,14 @@ class Predictor:
         reference_sm_clock_mhz: float,
         reference_mem_clock_mhz: float,
     ) -> npt.NDArray[np.float32]:
-        sm = np.asarray(sm_clock_mhz, dtype=np.float64)
-        mem = np.asarray(mem_clock_mhz, dtype=np.float64)
-        if sm.shape != mem.shape or sm.ndim != 1:
-            raise ValueError(f"clock grid: sm and mem clock arrays must be equal 1-D, got {sm.shape}, {mem.shape}")
-        columns: dict[str, FloatArray] = {
-            "sm_ratio": sm / reference_sm_clock_mhz,
-            "mem_ratio": mem / reference_mem_clock_mhz,
-            "sm_clock_mhz": sm,
-            "mem_clock_mhz": mem,
-        }
-        matrix = np.empty((sm.size, len(self.manifest.feature_names)), dtype=np.float32)
-        for j, name in enumerate(self.manifest.feature_names):
-            if name in columns:
-                matrix[:, j] = columns[name]
-            elif name.startswith("feat_"):
-                value = counters.get(name)
-                # A counter the GPU cannot report is NaN: the trees were trained with missing values.
-                matrix[:, j] = np.nan if value is None else float(value)
-            else:
-                raise BundleError(f"{self.manifest.path}: feature {name!r} is not one the runtime can compute")
-        return matrix
+        return design_matrix(
+            self.manifest,
+            counters,
+            sm_clock_mhz,
+            mem_clock_mhz,
+            reference_sm_clock_mhz,
+            reference_mem_clock_mhz,
+        )
 
     def predict_grid(
         self,
