@@ -153,6 +153,16 @@ def replay_table(folders: Iterable[str | Path], predictor: Predictor, step_s: fl
     return out
 
 
+def _phase_loop(folder: str | Path, phase: int, from_s: float) -> tuple[PhaseTruth, tuple[float, float]]:
+    """The true phase and the stretch of it to loop: from from_s after its first iteration to its last recorded
+    one."""
+    iterations = read_iterations(folder)
+    if iterations is None:
+        raise ValueError(f"{folder}: no ground truth to loop on")
+    truth = next(p for p in iterations.phases() if p.phase == phase)
+    return truth, (truth.start_s + from_s, min(truth.end_s, ReplayGPU(folder).end_s))
+
+
 def looped_table(
     folder: str | Path,
     phase: int,
@@ -164,12 +174,7 @@ def looped_table(
 ) -> list[ReplayOutcome]:
     """`profile_replay` over the recorded part of one phase, from from_s after its first iteration to its last
     recorded iteration, looped (see ReplayGPU), from `starts` start times step_s apart in the first lap."""
-    iterations = read_iterations(folder)
-    if iterations is None:
-        raise ValueError(f"{folder}: no ground truth to loop on")
-    truth = next(p for p in iterations.phases() if p.phase == phase)
-    end = min(truth.end_s, ReplayGPU(folder).end_s)
-    loop = (truth.start_s + from_s, end)
+    _, loop = _phase_loop(folder, phase, from_s)
     a = ReplayGPU(folder, loop=loop).now_s()
     return [profile_replay(folder, a + k * step_s, predictor, loop=loop) for k in range(starts)]
 
@@ -204,11 +209,7 @@ def hold_replay(
     from offset_s into the loop: profiling, then holding with its periodic checks. The job never changes, so every
     `phase_change` is a false alarm (or a loop seam: a drifting stretch jumps back at each one)."""
     folder = Path(folder)
-    iterations = read_iterations(folder)
-    if iterations is None:
-        raise ValueError(f"{folder}: no ground truth to loop on")
-    truth = next(p for p in iterations.phases() if p.phase == phase)
-    loop = (truth.start_s + from_s, min(truth.end_s, ReplayGPU(folder).end_s))
+    truth, loop = _phase_loop(folder, phase, from_s)
     first = ReplayGPU(folder, loop=loop).now_s()
     gpu = ReplayGPU(folder, start_s=first + offset_s, loop=loop, loop_s=duration_s + 120.0)
     controller = Controller(gpu, predictor=predictor, config=ControllerConfig(advise=True))
