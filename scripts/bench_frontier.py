@@ -23,25 +23,24 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from gpoeo_rt.bench.harness import oracle_for
 from gpoeo_rt.bench.sweeps import read_sweeps_file
 from gpoeo_rt.device import SweepWorkload
+from gpoeo_rt.search.objectives import Objective
 
 BASELINES = ("sweep", "gpoeo-paper", "bandit")
 LAMBDAS = np.concatenate([np.linspace(0.0, 5.0, 2001), np.linspace(5.0, 100.0, 381)])
 
 
 def tables(sweeps: Path, skus: list[str], grid: str, iteration_s: float, sm_step_mhz: int) -> list[np.ndarray]:
-    """Per workload: an array of (saving, slowdown) rows, one per config of its clock table."""
+    """Per workload: an array of (saving, slowdown) rows, one per config of its clock table (the bench oracle's own
+    table of true ratios, `oracle_for(...).table`)."""
+    table_kind = "grid" if grid == "fine" else "measured"
     out = []
     for rows in read_sweeps_file(sweeps, skus).values():
-        table_kind = "grid" if grid == "fine" else "measured"
         w = SweepWorkload.from_rows(rows, iteration_s=iteration_s, table=table_kind, sm_step_mhz=sm_step_mhz)
-        table = w.clock_table()
-        t_ref, p_ref = w.time_power(table.default_sm_mhz, table.default_mem_mhz)
-        tp = np.array([w.time_power(sm, mem) for sm, mem in table.pairs()])
-        time_ratio = tp[:, 0] / t_ref
-        energy_ratio = tp[:, 0] * tp[:, 1] / (t_ref * p_ref)  # as the simulator and the bench's oracle make it
-        out.append(np.column_stack([1.0 - energy_ratio, time_ratio - 1.0]))
+        ratios = np.array(list(oracle_for(w, Objective.ENERGY, 0.05).table.values()))  # (time, energy) per config
+        out.append(np.column_stack([1.0 - ratios[:, 1], ratios[:, 0] - 1.0]))
     return out
 
 

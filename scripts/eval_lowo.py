@@ -5,7 +5,7 @@
 leave-one-workload-out (158 folds on the V100, each choosing its hyperparameters on its own training rows) does not
 fit the 10-minute budget of a clean `dvc repro`. This script runs the same procedure (`evaluate.cross_validate`,
 the same params, the same per-fold choice) with one fold per workload, and prints the same summary. It writes
-nothing but its JSON (optional). About 15 minutes for the V100 on 2 cores.
+nothing but its JSON (optional). The V100 took 221 s on 2 cores (2026-12-04).
 
 Usage: python scripts/eval_lowo.py [SKU] [--json OUT]   (after `dvc repro features`; default SKU tesla-v100)
 """
