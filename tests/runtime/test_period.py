@@ -520,7 +520,6 @@ def test_60_s_window_costs_at_most_5_ms_of_cpu() -> None:
     assert min(runs) <= 0.005, f"{min(runs) * 1e3:.2f} ms"
 
 
-
 def test_a_wandering_period_reports_a_confidence_between_zero_and_one() -> None:
     """An OK verdict with confidence 0 would read as "no idea" in `trace detect`: a wandering mean is less certain
     than a steady period (its confidence is halved), not worthless."""

@@ -67,8 +67,7 @@ def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float) -> dict[s
             other = rows.get(name)
             if other is not None:
                 out[f"{key}_beats_{name.replace('-', '_')}"] = (
-                    ours["saving_pct"] > other["saving_pct"]
-                    and ours["mean_slowdown_pct"] <= other["mean_slowdown_pct"]
+                    ours["saving_pct"] > other["saving_pct"] and ours["mean_slowdown_pct"] <= other["mean_slowdown_pct"]
                 )
     return out
 
