@@ -6,7 +6,12 @@ declares (closed-form functions of those, `gpoeo_rt.inputs`: the same code compu
 are time, power and energy ratios to the reference. The input order is explicit and written to a schema file that
 the export and bundle stages (and so the runtime) follow.
 
-Outputs: data/processed/features.parquet, data/processed/feature_schema.json.
+It also reports, per SKU of the sweeps, whether a model can be trained on it (metrics/features.json): a SKU without
+counters at its reference rows, or with fewer workload groups than `models.min_groups`, is listed with the reason
+and skipped; listing such a SKU in `models.bundles` (or one without counters in `models.generic_train_skus`) is an
+error naming it, so no model is trained on workloads it cannot tell apart.
+
+Outputs: data/processed/features.parquet, data/processed/feature_schema.json, metrics/features.json.
 """
 
 from __future__ import annotations
@@ -144,6 +149,42 @@ def feature_schema(params: dict[str, Any]) -> dict[str, object]:
     }
 
 
+def sku_coverage(table: pd.DataFrame, models: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per SKU of `table`: its rows, workloads and workload groups, how many workloads carry counters at their
+    reference row, whether a model can be trained on it (`trainable`, else `skipped_because`), and whether
+    params.yaml `models` uses it. Raises ValueError, naming the SKU and the params key, when `models.bundles` lists
+    a SKU that cannot be trained or `models.generic_train_skus` lists one without counters."""
+    min_groups = int(models["min_groups"])
+    bundles = set(models["bundles"])
+    generic_skus = set(models["generic_train_skus"])
+    references = table.loc[table["ref"]]
+    coverage: dict[str, dict[str, Any]] = {}
+    for sku, rows in table.groupby("sku", sort=True, observed=True):
+        refs = references.loc[references["sku"] == sku]
+        with_counters = int(refs[list(FEATURE_NAMES)].notna().any(axis=1).sum())
+        n_groups = int(rows["group"].nunique())
+        reason = None
+        if with_counters == 0:
+            reason = "no counters at its reference rows: a model could not tell its workloads apart"
+        elif n_groups < min_groups:
+            reason = f"{n_groups} workload groups, fewer than models.min_groups={min_groups} needed to cross-validate"
+        coverage[str(sku)] = {
+            "rows": len(rows),
+            "workloads": int(rows["workload"].nunique()),
+            "workload_groups": n_groups,
+            "workloads_with_counters": with_counters,
+            "trainable": reason is None,
+            "skipped_because": reason,
+            "bundled": str(sku) in bundles,
+            "generic_training": str(sku) in generic_skus,
+        }
+        if reason is not None and str(sku) in bundles:
+            raise ValueError(f"params.yaml models.bundles: SKU {str(sku)!r} cannot be trained ({reason}); remove it")
+        if with_counters == 0 and str(sku) in generic_skus:
+            raise ValueError(f"params.yaml models.generic_train_skus: SKU {str(sku)!r} has {reason}; remove it")
+    return coverage
+
+
 def main() -> None:
     params = load_section("features")
     sweeps = pd.read_parquet(params.get("sweeps", "data/processed/sweeps.parquet"))
@@ -151,11 +192,17 @@ def main() -> None:
     table = build_training_table(sweeps, str(params["group_pattern"]))
     inputs = model_inputs(params)
     table = add_derived_inputs(table, inputs["generic_inputs"] + inputs["sku_inputs"])
+    coverage = sku_coverage(table, load_section("models"))  # before writing: a refused SKU leaves no outputs
     out = Path("data/processed")
     out.mkdir(parents=True, exist_ok=True)
     table.to_parquet(out / "features.parquet", index=False)
     (out / "feature_schema.json").write_text(json.dumps(schema, indent=2) + "\n")
+    Path("metrics").mkdir(exist_ok=True)
+    Path("metrics/features.json").write_text(json.dumps({"skus": coverage}, indent=2) + "\n")
     print(f"features: {len(table)} rows, {table['sku'].nunique()} SKUs, {table['group'].nunique()} workload groups")
+    for sku, entry in coverage.items():
+        if not entry["trainable"]:
+            print(f"features: skipped SKU {sku}: {entry['skipped_because']}")
 
 
 if __name__ == "__main__":

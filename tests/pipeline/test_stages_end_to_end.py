@@ -76,6 +76,9 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _run(features, monkeypatch=monkeypatch)
+    coverage = json.loads((workdir / "metrics/features.json").read_text())["skus"]
+    assert sorted(coverage) == ["sim-a", "sim-b", "sim-c"]
+    assert coverage["sim-a"]["trainable"] and coverage["sim-a"]["bundled"]
     for name in ("sim-a", "generic"):
         for stage in (train, evaluate, export, bundle):
             _run(stage, name, monkeypatch=monkeypatch)
@@ -149,7 +152,17 @@ def test_a_sku_with_too_few_workload_groups_is_refused(workdir: Path, monkeypatc
     params = yaml.safe_load((workdir / "params.yaml").read_text())
     params["models"]["min_groups"] = 10
     (workdir / "params.yaml").write_text(yaml.safe_dump(params))
+    # The features stage refuses the listed SKU first, and writes nothing.
+    with pytest.raises(ValueError, match=r"models\.bundles: SKU 'sim-a' cannot be trained .*min_groups=10"):
+        _run(features, monkeypatch=monkeypatch)
+    assert not (workdir / "data/processed/features.parquet").exists()
+    assert not (workdir / "metrics/features.json").exists()
+    # The train stage keeps its own guard (a features table built under other params).
+    params["models"]["min_groups"] = 3
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
     _run(features, monkeypatch=monkeypatch)
+    params["models"]["min_groups"] = 10
+    (workdir / "params.yaml").write_text(yaml.safe_dump(params))
     with pytest.raises(ValueError, match=r"sim-a.*fewer than models\.min_groups=10"):
         _run(train, "sim-a", monkeypatch=monkeypatch)
     assert not (workdir / "data/models/sim-a").exists()
