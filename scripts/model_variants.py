@@ -12,11 +12,13 @@ bound. V100 and RTX 8000 rows are printed too; they are the targets, reported an
            data/eval/<bundle>/predictions.parquet of the last `dvc repro`; no refitting)
   balance  generic model + input bytes_per_sm_cycle (DRAM bytes per SM clock cycle across the GPU at the config)
   bag      every model refitted with 5 seeds at its chosen settings and rounds; the mean of the log predictions
+  l1       both models trained with the absolute error of the log ratio (reg:absoluteerror; early stopping and the
+           choice on validation MAE), the loss that matches MAPE
   pooled   per-SKU models trained on every generic_train_sku's rows (held-out workloads' programs dropped on the other
            SKUs): P1 no extra input, P2 + is_target_sku, P3 own-or-pooled chosen per fold by inner validation
 
-Usage: python scripts/model_variants.py {anchor,balance,bag,pooled} [--variant P1|P2|P3] [--bundles ...]
-(after `dvc repro evaluate`). Wall time on 2 cores (2026-12-04): anchor 4 s, balance 25 s, bag 106 s, pooled
+Usage: python scripts/model_variants.py {anchor,balance,bag,l1,pooled} [--variant P1|P2|P3] [--bundles ...]
+(after `dvc repro evaluate`). Wall time on 2 cores (2026-12-04): anchor 4 s, balance 25 s, bag 106 s, l1 2 min, pooled
 133-177 s per variant.
 """
 
@@ -164,19 +166,62 @@ def _fit_bagged_all(
         return list(pool.map(fit, jobs))
 
 
-def run_bag(bundles: list[str]) -> None:
-    evaluate.fit_targets = _fit_bagged_all  # the stage's own loop, with bagged fits
+def _use_l1_loss() -> None:
+    """Train on the absolute error of the log ratio, and stop early and choose on validation MAE. Patched in the
+    process that fits (the spawned workers import this module afresh)."""
+    if getattr(modeling, "_l1_loss", False):
+        return
+    squared_error_regressor = modeling._regressor
+
+    def regressor(params: dict[str, Any], n_estimators: int) -> Any:
+        model = squared_error_regressor(params, n_estimators)
+        model.set_params(objective="reg:absoluteerror")
+        return model
+
+    def validation_curve(x: np.ndarray, y: np.ndarray, splits: list[np.ndarray], params: dict[str, Any]) -> np.ndarray:
+        curves = []
+        for val in splits:
+            probe = regressor(params, int(params["n_estimators"]))
+            probe.set_params(eval_metric="mae", early_stopping_rounds=int(params["early_stopping_rounds"]))
+            probe.fit(x[~val], y[~val], eval_set=[(x[val], y[val])], verbose=False)
+            curves.append(np.asarray(probe.evals_result()["validation_0"]["mae"]))
+        reached = min(len(c) for c in curves)
+        return np.asarray(np.mean([c[:reached] for c in curves], axis=0))
+
+    modeling._regressor = regressor  # type: ignore[assignment]
+    modeling._mean_validation_curve = validation_curve
+    modeling._l1_loss = True  # type: ignore[attr-defined]
+
+
+def _fit_l1(job: modeling.FitJob, inputs: list[str], params: dict[str, Any]) -> modeling.FittedModel:
+    _use_l1_loss()
+    return modeling.fit_target(job[0], inputs, job[1], params)
+
+
+def _fit_l1_all(jobs: list[modeling.FitJob], inputs: list[str], params: dict[str, Any]) -> list[modeling.FittedModel]:
+    fit = functools.partial(_fit_l1, inputs=inputs, params=params)
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(fit, jobs))
+
+
+def run_refitted(label: str, fit_all: Any, bundles: list[str]) -> None:
+    """The evaluate stage's own cross-validation loop, with `fit_all` in place of `modeling.fit_targets`."""
+    evaluate.fit_targets = fit_all
     per_sku: dict[str, pd.DataFrame] = {}
     for bundle in bundles:
         frame, inputs, params = training_frame(bundle)
         folds = frame["sku"] if bundle == GENERIC else workload_folds(frame, params)
         predictions = evaluate.cross_validate(frame, inputs, folds, params)
         if bundle == GENERIC:
-            report("bag5", by_sku(predictions), generic=True)
+            report(label, by_sku(predictions), generic=True)
         else:
             per_sku[bundle] = predictions
     if per_sku:
-        report("bag5", per_sku, generic=False)
+        report(label, per_sku, generic=False)
+
+
+def run_bag(bundles: list[str]) -> None:
+    run_refitted("bag5", _fit_bagged_all, bundles)
 
 
 def _fit_own_or_pooled(
@@ -262,7 +307,7 @@ def run_pooled(bundles: list[str], variant: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("experiment", choices=["anchor", "balance", "bag", "pooled"])
+    ap.add_argument("experiment", choices=["anchor", "balance", "bag", "l1", "pooled"])
     ap.add_argument("--variant", choices=["P1", "P2", "P3"], default="P2", help="pooled only")
     ap.add_argument("--bundles", nargs="+", help="default: every per-SKU bundle (and generic where it applies)")
     args = ap.parse_args()
@@ -273,6 +318,8 @@ def main() -> None:
         run_balance()
     elif args.experiment == "bag":
         run_bag(args.bundles or [*skus, GENERIC])
+    elif args.experiment == "l1":
+        run_refitted("l1", _fit_l1_all, args.bundles or [*skus, GENERIC])
     else:
         run_pooled(args.bundles or skus, args.variant)
 
