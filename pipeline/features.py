@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from gpoeo_pipeline.params import load_section
+from gpoeo_pipeline.train import untrainable_reason
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.inputs import BASE_INPUTS, DERIVED_INPUTS, UnknownInputError, check_input_names, input_columns
 
@@ -155,33 +156,25 @@ def sku_coverage(table: pd.DataFrame, models: dict[str, Any]) -> dict[str, dict[
     params.yaml `models` uses it. Raises ValueError, naming the SKU and the params key, when `models.bundles` lists
     a SKU that cannot be trained or `models.generic_train_skus` lists one without counters."""
     min_groups = int(models["min_groups"])
-    bundles = set(models["bundles"])
-    generic_skus = set(models["generic_train_skus"])
-    references = table.loc[table["ref"]]
     coverage: dict[str, dict[str, Any]] = {}
     for sku, rows in table.groupby("sku", sort=True, observed=True):
-        refs = references.loc[references["sku"] == sku]
-        with_counters = int(refs[list(FEATURE_NAMES)].notna().any(axis=1).sum())
-        n_groups = int(rows["group"].nunique())
-        reason = None
-        if with_counters == 0:
-            reason = "no counters at its reference rows: a model could not tell its workloads apart"
-        elif n_groups < min_groups:
-            reason = f"{n_groups} workload groups, fewer than models.min_groups={min_groups} needed to cross-validate"
-        coverage[str(sku)] = {
+        name = str(sku)
+        with_counters = int(rows.loc[rows["ref"], list(FEATURE_NAMES)].notna().any(axis=1).sum())
+        reason = untrainable_reason(rows, min_groups)
+        coverage[name] = {
             "rows": len(rows),
             "workloads": int(rows["workload"].nunique()),
-            "workload_groups": n_groups,
+            "workload_groups": int(rows["group"].nunique()),
             "workloads_with_counters": with_counters,
             "trainable": reason is None,
             "skipped_because": reason,
-            "bundled": str(sku) in bundles,
-            "generic_training": str(sku) in generic_skus,
+            "bundled": name in models["bundles"],
+            "generic_training": name in models["generic_train_skus"],
         }
-        if reason is not None and str(sku) in bundles:
-            raise ValueError(f"params.yaml models.bundles: SKU {str(sku)!r} cannot be trained ({reason}); remove it")
-        if with_counters == 0 and str(sku) in generic_skus:
-            raise ValueError(f"params.yaml models.generic_train_skus: SKU {str(sku)!r} has {reason}; remove it")
+        if reason is not None and name in models["bundles"]:
+            raise ValueError(f"params.yaml models.bundles: SKU {name!r} cannot be trained ({reason}); remove it")
+        if with_counters == 0 and name in models["generic_train_skus"]:
+            raise ValueError(f"params.yaml models.generic_train_skus: SKU {name!r} has {reason}; remove it")
     return coverage
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,23 +211,29 @@ def fit_target(frame: pd.DataFrame, inputs: list[str], target: str, params: dict
 FitJob = tuple[pd.DataFrame, str]
 
 
-def _fit_job(job: FitJob, inputs: list[str], params: dict[str, Any]) -> FittedModel:
+FitFunction = Callable[[pd.DataFrame, list[str], str, dict[str, Any]], FittedModel]
+
+
+def _fit_job(job: FitJob, inputs: list[str], params: dict[str, Any], fit: FitFunction) -> FittedModel:
     frame, target = job
-    return fit_target(frame, inputs, target, params)
+    return fit(frame, inputs, target, params)
 
 
-def fit_targets(jobs: list[FitJob], inputs: list[str], params: dict[str, Any]) -> list[FittedModel]:
-    """`fit_target` for every (rows, target) job, in job order. `params["workers"]` (default 1) jobs run at once,
-    each in its own spawned process with `n_jobs` XGBoost threads: small tables keep one thread busy better than
-    several, so the folds or models of a stage spread over the cores instead. Every job sees only its own rows and
-    its result does not depend on which process ran it."""
+def fit_targets(
+    jobs: list[FitJob], inputs: list[str], params: dict[str, Any], fit: FitFunction = fit_target
+) -> list[FittedModel]:
+    """`fit` (default `fit_target`; another must be picklable, e.g. a module-level function) for every (rows,
+    target) job, in job order. `params["workers"]` (default 1) jobs run at once, each in its own spawned process
+    with `n_jobs` XGBoost threads: small tables keep one thread busy better than several, so the folds or models of
+    a stage spread over the cores instead. Every job sees only its own rows and its result does not depend on which
+    process ran it."""
     workers = min(int(params.get("workers", 1)), len(jobs))
-    fit = functools.partial(_fit_job, inputs=inputs, params=params)
+    run = functools.partial(_fit_job, inputs=inputs, params=params, fit=fit)
     if workers <= 1:
-        return [fit(job) for job in jobs]
+        return [run(job) for job in jobs]
     # Spawned, not forked: a fork of a process whose OpenMP runtime (XGBoost's) has started can hang.
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(fit, jobs))
+        return list(pool.map(run, jobs))
 
 
 def predict_ratio(fitted: FittedModel, frame: pd.DataFrame) -> np.ndarray:

@@ -19,13 +19,25 @@ import pandas as pd
 
 from gpoeo_pipeline.modeling import GENERIC, FittedModel, bundle_params, fit_targets, frame_digest, grid_axes
 from gpoeo_pipeline.params import load_section
+from gpoeo_rt.features import FEATURE_NAMES
 
 MODEL_TARGETS: dict[str, str] = {"time": "time_ratio", "power": "power_ratio"}
 
 
+def untrainable_reason(rows: pd.DataFrame, min_groups: int) -> str | None:
+    """Why a model cannot be trained on one SKU's rows of the features table (None: it can): no counters at any
+    reference row (a model could not tell its workloads apart), or too few workload groups to cross-validate."""
+    if not rows.loc[rows["ref"], list(FEATURE_NAMES)].notna().any(axis=None):
+        return "no counters at its reference rows: a model could not tell its workloads apart"
+    n_groups = rows["group"].nunique()
+    if n_groups < min_groups:
+        return f"{n_groups} workload groups, fewer than models.min_groups={min_groups} needed to cross-validate"
+    return None
+
+
 def select_training_rows(table: pd.DataFrame, name: str, models_params: dict[str, Any]) -> pd.DataFrame:
-    """The rows a bundle is trained and evaluated on. A SKU needs `min_groups` workload groups to be
-    cross-validated; one with fewer is refused with a message, never trained silently."""
+    """The rows a bundle is trained and evaluated on. A SKU that cannot be trained (`untrainable_reason`:
+    no counters, or fewer than `min_groups` workload groups) is refused with a message, never trained silently."""
     if name == GENERIC:
         skus = list(models_params["generic_train_skus"])
         frame = table.loc[table["sku"].isin(skus)]
@@ -38,12 +50,9 @@ def select_training_rows(table: pd.DataFrame, name: str, models_params: dict[str
         frame = table.loc[table["sku"] == name]
         if frame.empty:
             raise ValueError(f"params.yaml models.bundles: no sweep rows for SKU {name!r}")
-        n_groups = frame["group"].nunique()
-        if n_groups < int(models_params["min_groups"]):
-            raise ValueError(
-                f"SKU {name!r} has {n_groups} workload groups, fewer than models.min_groups="
-                f"{models_params['min_groups']} needed to cross-validate; remove it from params.yaml models.bundles"
-            )
+        reason = untrainable_reason(frame, int(models_params["min_groups"]))
+        if reason is not None:
+            raise ValueError(f"params.yaml models.bundles: SKU {name!r} cannot be trained ({reason}); remove it")
     return frame.reset_index(drop=True)
 
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +141,7 @@ class SeedBag:
         return np.asarray(np.mean([m.predict(x) for m in self.members], axis=0))
 
 
-def _fit_bagged(job: modeling.FitJob, inputs: list[str], params: dict[str, Any]) -> modeling.FittedModel:
-    frame, target = job
+def _fit_bagged(frame: pd.DataFrame, inputs: list[str], target: str, params: dict[str, Any]) -> modeling.FittedModel:
     y = np.log(frame[target].to_numpy(np.float64))
     selection = modeling.select_hyperparameters(frame, inputs, y, params)
     x = frame[inputs].to_numpy(np.float32)
@@ -156,14 +153,6 @@ def _fit_bagged(job: modeling.FitJob, inputs: list[str], params: dict[str, Any])
         member.fit(x, y, verbose=False)
         members.append(member)
     return modeling.FittedModel(SeedBag(members), tuple(inputs), target, selection.rounds, selection.settings)  # type: ignore[arg-type]
-
-
-def _fit_bagged_all(
-    jobs: list[modeling.FitJob], inputs: list[str], params: dict[str, Any]
-) -> list[modeling.FittedModel]:
-    fit = functools.partial(_fit_bagged, inputs=inputs, params=params)
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(fit, jobs))
 
 
 def _use_l1_loss() -> None:
@@ -193,20 +182,14 @@ def _use_l1_loss() -> None:
     modeling._l1_loss = True  # type: ignore[attr-defined]
 
 
-def _fit_l1(job: modeling.FitJob, inputs: list[str], params: dict[str, Any]) -> modeling.FittedModel:
+def _fit_l1(frame: pd.DataFrame, inputs: list[str], target: str, params: dict[str, Any]) -> modeling.FittedModel:
     _use_l1_loss()
-    return modeling.fit_target(job[0], inputs, job[1], params)
+    return modeling.fit_target(frame, inputs, target, params)
 
 
-def _fit_l1_all(jobs: list[modeling.FitJob], inputs: list[str], params: dict[str, Any]) -> list[modeling.FittedModel]:
-    fit = functools.partial(_fit_l1, inputs=inputs, params=params)
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(fit, jobs))
-
-
-def run_refitted(label: str, fit_all: Any, bundles: list[str]) -> None:
-    """The evaluate stage's own cross-validation loop, with `fit_all` in place of `modeling.fit_targets`."""
-    evaluate.fit_targets = fit_all
+def run_refitted(label: str, fit: modeling.FitFunction, bundles: list[str]) -> None:
+    """The evaluate stage's own cross-validation loop, each model fitted by `fit` instead of `fit_target`."""
+    evaluate.fit_targets = functools.partial(modeling.fit_targets, fit=fit)
     per_sku: dict[str, pd.DataFrame] = {}
     for bundle in bundles:
         frame, inputs, params = training_frame(bundle)
@@ -221,16 +204,15 @@ def run_refitted(label: str, fit_all: Any, bundles: list[str]) -> None:
 
 
 def run_bag(bundles: list[str]) -> None:
-    run_refitted("bag5", _fit_bagged_all, bundles)
+    run_refitted("bag5", _fit_bagged, bundles)
 
 
 def _fit_own_or_pooled(
-    job: modeling.FitJob, sku: str, inputs: list[str], params: dict[str, Any]
+    pool: pd.DataFrame, inputs: list[str], target: str, params: dict[str, Any], *, sku: str
 ) -> modeling.FittedModel:
     """P3: own rows or pooled rows, and the depth, chosen on validation splits that hold out 25% of the target
     SKU's own training workloads (pooled candidates also lose the other SKUs' rows of those programs); the loss is
     measured on the target SKU's held-out rows only."""
-    pool, target = job
     own = (pool["sku"] == sku).to_numpy()
     x = pool[inputs].to_numpy(np.float32)
     y = np.log(pool[target].to_numpy(np.float64))
@@ -264,32 +246,29 @@ def _fit_own_or_pooled(
 
 def run_pooled(bundles: list[str], variant: str) -> None:
     schema = json.loads(Path("data/processed/feature_schema.json").read_text())
+    # The generic model's rows: every SKU of models.generic_train_skus.
     table = pd.read_parquet("data/processed/features.parquet")
-    models = load_section("models")
+    pooled_rows = select_training_rows(table, GENERIC, load_section("models"))
     per_sku: dict[str, pd.DataFrame] = {}
     for sku in bundles:
         params = modeling.bundle_params(load_section("xgb"), sku)
-        pool = table.loc[table["sku"].isin(models["generic_train_skus"])].reset_index(drop=True)
+        pool = pooled_rows.copy()
         pool["is_target_sku"] = (pool["sku"] == sku).astype(float)
         inputs = list(schema["sku_inputs"]) + ([] if variant == "P1" else ["is_target_sku"])
-        own = pool.loc[pool["sku"] == sku]
+        is_own = pool["sku"] == sku
+        own = pool.loc[is_own]
         folds = workload_folds(own, params)
         splits = []
         for fold in sorted(folds.unique()):
             test = own.index[folds == fold]
             held_workloads, held_groups = set(own.loc[test, "workload"]), set(own.loc[test, "group"])
-            is_own = pool["sku"] == sku
             train = (is_own & ~pool["workload"].isin(held_workloads)) | (~is_own & ~pool["group"].isin(held_groups))
             splits.append((fold, train, test))
         jobs = [
             (pool.loc[train].reset_index(drop=True), t) for _, train, _ in splits for t in ("time_ratio", "power_ratio")
         ]
-        if variant == "P3":
-            fit = functools.partial(_fit_own_or_pooled, sku=sku, inputs=inputs, params=params)
-            with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as executor:
-                fitted = list(executor.map(fit, jobs))
-        else:
-            fitted = modeling.fit_targets(jobs, inputs, params)
+        fit = functools.partial(_fit_own_or_pooled, sku=sku) if variant == "P3" else modeling.fit_target
+        fitted = modeling.fit_targets(jobs, inputs, params, fit=fit)
         predictions = own.copy()
         for index, (fold, _, test) in enumerate(splits):
             predictions.loc[test, "pred_time_ratio"] = modeling.predict_ratio(fitted[2 * index], pool.loc[test])
@@ -319,7 +298,7 @@ def main() -> None:
     elif args.experiment == "bag":
         run_bag(args.bundles or [*skus, GENERIC])
     elif args.experiment == "l1":
-        run_refitted("l1", _fit_l1_all, args.bundles or [*skus, GENERIC])
+        run_refitted("l1", _fit_l1, args.bundles or [*skus, GENERIC])
     else:
         run_pooled(args.bundles or skus, args.variant)
 

@@ -24,12 +24,21 @@ def iterations(path: Path) -> list[tuple[float, int]]:
         return [(float(r["t_s"]), int(r["phase"])) for r in csv.DictReader(fh)]
 
 
+def steady_ends(rows: list[tuple[float, int]], phase: int) -> list[float]:
+    """A phase's iteration end times after its warm-up (all of them if the phase is shorter than SKIP_S)."""
+    t = [ts for ts, p in rows if p == phase]
+    return [x for x in t if x >= t[0] + SKIP_S] or t
+
+
+def mean_interval(ends: list[float]) -> float | None:
+    """Mean iteration time over a run of consecutive iteration end times (None with fewer than 2)."""
+    return (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else None
+
+
 def true_periods(rows: list[tuple[float, int]]) -> dict[int, float]:
     out = {}
     for phase in sorted({p for _, p in rows}):
-        t = [ts for ts, p in rows if p == phase]
-        t = [x for x in t if x >= t[0] + SKIP_S] or t
-        diffs = [b - a for a, b in itertools.pairwise(t)]
+        diffs = [b - a for a, b in itertools.pairwise(steady_ends(rows, phase))]
         if diffs:
             out[phase] = statistics.median(diffs)
     return out
@@ -37,15 +46,14 @@ def true_periods(rows: list[tuple[float, int]]) -> dict[int, float]:
 
 def phase_mean(rows: list[tuple[float, int]], phase: int) -> float:
     """Mean iteration time of a phase after its warm-up (what its throughput says)."""
-    t = [ts for ts, p in rows if p == phase]
-    t = [x for x in t if x >= t[0] + SKIP_S] or t
-    return (t[-1] - t[0]) / (len(t) - 1) if len(t) > 1 else float("nan")
+    mean = mean_interval(steady_ends(rows, phase))
+    return mean if mean is not None else float("nan")
 
 
 def window_mean(rows: list[tuple[float, int]], start_s: float, end_s: float) -> float | None:
     """Mean true iteration time over [start_s, end_s] (None with fewer than 3 iteration ends in it)."""
     t = [ts for ts, _ in rows if start_s <= ts <= end_s]
-    return (t[-1] - t[0]) / (len(t) - 1) if len(t) >= 3 else None
+    return mean_interval(t) if len(t) >= 3 else None
 
 
 def phase_at(rows: list[tuple[float, int]], t_s: float) -> int | None:
