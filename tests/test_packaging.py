@@ -31,7 +31,7 @@ def test_every_shipped_bundle_is_installed_with_the_wheel() -> None:
 def test_the_runtime_never_imports_the_pipeline_stack() -> None:
     code = (
         "import sys, gpoeo_rt.cli, gpoeo_rt.controller, gpoeo_rt.device, gpoeo_rt.detection;"
-        "import gpoeo_rt.prediction.predictor, gpoeo_rt.search.refine, gpoeo_rt.bench.command;"
+        "import gpoeo_rt.prediction.predictor, gpoeo_rt.search.measured, gpoeo_rt.bench.command;"
         "bad = sorted(m for m in ('pandas', 'xgboost', 'dvc', 'sklearn', 'matplotlib', 'pyarrow') if m in sys.modules);"
         "print(','.join(bad))"
     )

@@ -525,6 +525,14 @@ def bench(
         ),
     ] = "measured",
     sm_step_mhz: Annotated[int, typer.Option("--sm-step-mhz", min=1, help="SM step of the fine grid.")] = 15,
+    counters: Annotated[
+        str,
+        typer.Option(
+            "--counters",
+            help="Counters the simulated GPUs give: 'realistic' (NVML GPM on Hopper and later only, as real GPUs), "
+            "'sweep' (the sweep's on every GPU) or 'none'.",
+        ),
+    ] = "realistic",
     json_out: Annotated[str | None, typer.Option("--json", help="Write per-run results and summary here.")] = None,
     plot_out: Annotated[str | None, typer.Option("--plot", help="Write a PNG comparing the policies.")] = None,
     metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the summary only (DVC metrics).")] = None,
@@ -553,6 +561,7 @@ def bench(
             iteration_s=iteration_s,
             clock_grid=clock_grid,
             sm_step_mhz=sm_step_mhz,
+            counters=counters,
             json_out=json_out,
             plot_out=plot_out,
             metrics_out=metrics_out,
@@ -568,5 +577,64 @@ def bench(
             echo=typer.echo,
         )
     except (SweepsFileError, BenchInputError, RuntimeError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+@app.command("bench-suite")
+def bench_suite(
+    sweeps: Annotated[str, typer.Option("--sweeps", help="Sweeps table (normalized schema), .csv or .parquet.")],
+    sets: Annotated[
+        str | None,
+        typer.Option(
+            "--set",
+            help="Comma list of in-distribution,leave-one-sku-out,leave-one-source-out,synthetic (default all).",
+        ),
+    ] = None,
+    bounds: Annotated[str, typer.Option("--bounds", help="Comma list of slowdown bounds.")] = "0.02,0.05,0.1",
+    policy: Annotated[str | None, typer.Option("--policy", help="Comma list of policies (default all).")] = None,
+    job_seconds: Annotated[float, typer.Option("--job-seconds", min=60.0, help="Simulated job length.")] = 1800.0,
+    iteration_s: Annotated[float, typer.Option("--iteration-s", min=0.01, help="Iteration at reference.")] = 0.1,
+    clock_grid: Annotated[str, typer.Option("--clock-grid", help="'measured' or 'fine'.")] = "fine",
+    sm_step_mhz: Annotated[int, typer.Option("--sm-step-mhz", min=1, help="SM step of the fine grid.")] = 15,
+    thin: Annotated[int, typer.Option("--thin", min=1, help="Leave-one-SKU-out: every N-th V100/RTX 8000 job.")] = 4,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 2,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    folds_root: Annotated[str, typer.Option("--folds-root", help="Leave-out fold bundles.")] = "data/eval",
+    source_root: Annotated[
+        str, typer.Option("--source-root", help="Leave-one-source-out fold bundles.")
+    ] = "data/eval/source-holdout",
+    models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
+    json_out: Annotated[str | None, typer.Option("--json", help="Write every run and summary here.")] = None,
+    metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the headline (DVC metrics).")] = None,
+    plot_out: Annotated[str | None, typer.Option("--plot", help="Write the saving-vs-slowdown PNG.")] = None,
+) -> None:
+    """Every policy on in-distribution and out-of-distribution sets at several bounds (simulated jobs)."""
+    from gpoeo_rt.bench.command import run_suite_command
+    from gpoeo_rt.bench.runner import BenchInputError
+    from gpoeo_rt.bench.sweeps import SweepsFileError
+
+    try:
+        run_suite_command(
+            sweeps=sweeps,
+            sets=sets,
+            bounds=bounds,
+            policies=policy,
+            job_s=job_seconds,
+            iteration_s=iteration_s,
+            clock_grid=clock_grid,
+            sm_step_mhz=sm_step_mhz,
+            jobs=jobs,
+            seed=seed,
+            thin=thin,
+            folds_root=folds_root,
+            source_root=source_root,
+            models_root=models_root,
+            json_out=json_out,
+            metrics_out=metrics_out,
+            plot_out=plot_out,
+            echo=typer.echo,
+        )
+    except (SweepsFileError, BenchInputError, RuntimeError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -18,12 +18,10 @@ from gpoeo_rt.controller import (
     Controller,
     ControllerConfig,
     ControllerStoppedError,
-    DescentSearch,
     Policy,
     State,
     jsonl_sink,
 )
-from gpoeo_rt.controller.searchers import unstaircase
 from gpoeo_rt.device import AnalyticWorkload, SimulatedGPU, h200_spec, preset_workload
 from gpoeo_rt.prediction.bundle import sha256_file, verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
@@ -338,35 +336,6 @@ def test_same_seed_same_decisions_and_no_real_sleeping(predictor: Predictor, mon
         logs.append(log)
         assert wall_s < 10.0
     assert logs[0] == logs[1]
-
-
-# --- search helpers ----------------------------------------------------------------------------------------------
-
-
-def test_descent_search_walks_down_one_step_at_a_time_and_stops_at_the_bound() -> None:
-    sm = np.arange(600.0, 1501.0, 100.0)
-    mem = np.full(sm.size, 877.0)
-    time_ratio = 0.5 * sm[-1] / sm + 0.5
-    energy_ratio = time_ratio * (0.3 + 0.7 * (sm / sm[-1]) ** 2)
-    search = DescentSearch(sm, mem, Objective.ENERGY, 0.05)
-    search.record(sm.size - 1, 1.0, 1.0)
-    probes = []
-    while (index := search.next_probe()) is not None:
-        probes.append(int(sm[index]))
-        search.record(index, float(time_ratio[index]), float(energy_ratio[index]))
-    assert probes == [1400, 1300]  # 1300 breaks the bound: stop
-    assert sm[search.best()] == 1400
-
-
-def test_unstaircase_interpolates_tree_steps_and_leaves_distinct_values_alone() -> None:
-    sm = np.array([600.0, 700.0, 800.0, 900.0, 1000.0, 1100.0])
-    mem = np.full(sm.size, 877.0)
-    stairs = np.array([2.0, 2.0, 1.5, 1.5, 1.5, 1.0])  # trained at 600, 800 and 1100
-    smooth = unstaircase(sm, mem, stairs)
-    assert smooth[0] == pytest.approx(2.0) and smooth[2] == pytest.approx(1.5) and smooth[5] == pytest.approx(1.0)
-    assert 1.5 < smooth[1] < 2.0 and 1.0 < smooth[4] < smooth[3] < 1.5
-    distinct = np.array([2.0, 1.8, 1.6, 1.4, 1.2, 1.0])
-    assert np.array_equal(unstaircase(sm, mem, distinct), distinct)
 
 
 @pytest.mark.parametrize("objective", [Objective.EDP, Objective.ED2P])

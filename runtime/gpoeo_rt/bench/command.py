@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gpoeo_rt.bench.policies import BanditConfig, GpoeoPaperConfig, SweepConfig
 from gpoeo_rt.bench.report import check_targets, format_table, plot, summarize
@@ -36,6 +37,7 @@ def run_bench_command(
     iteration_s: float,
     clock_grid: str = "measured",
     sm_step_mhz: int = 15,
+    counters: str = "realistic",
     json_out: str | Path | None,
     plot_out: str | Path | None,
     metrics_out: str | Path | None = None,
@@ -65,6 +67,7 @@ def run_bench_command(
         seed=seed,
         clock_grid=clock_grid,
         sm_step_mhz=sm_step_mhz,
+        counters=counters,
         sweep=replace(SweepConfig(), profile_iterations=sweep_iterations, max_slowdown=max_slowdown),
         paper=replace(GpoeoPaperConfig(), time_loss_bound=max_slowdown),
         bandit=replace(
@@ -83,7 +86,8 @@ def run_bench_command(
     n_workloads = len({(r.sku, r.workload) for r in run.results})
     grid = "measured SM clocks" if clock_grid == "measured" else f"fine SM grid ({sm_step_mhz} MHz steps)"
     echo(
-        f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}, {grid}: "
+        f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}, {grid}, "
+        f"{counters} counters: "
         f"{run.wall_s:.1f} s wall with {jobs} process(es) (simulated jobs, not hardware)"
     )
     if run.models:
@@ -107,3 +111,79 @@ def run_bench_command(
     if plot_out is not None:
         plot(summary, plot_out, max_slowdown, grid)
     return targets
+
+
+def run_suite_command(
+    *,
+    sweeps: str | Path,
+    sets: str | None,
+    bounds: str,
+    policies: str | None,
+    job_s: float,
+    iteration_s: float,
+    clock_grid: str,
+    sm_step_mhz: int,
+    jobs: int,
+    seed: int,
+    thin: int,
+    folds_root: str | Path,
+    source_root: str | Path,
+    models_root: str | Path,
+    json_out: str | Path | None,
+    metrics_out: str | Path | None,
+    plot_out: str | Path | None,
+    echo: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Run the evaluation suite (bench.suite) and report; returns the headline."""
+    from gpoeo_rt.bench.suite import SET_NAMES, build_sets, headline, plot_frontier, run_suite
+
+    chosen = parse_list(policies, "--policy", POLICIES) or list(POLICIES)
+    set_names = parse_list(sets, "--set", SET_NAMES) or list(SET_NAMES)
+    try:
+        bound_values = [float(b) for b in parse_list(bounds, "--bounds") or []]
+    except ValueError as exc:
+        raise BenchInputError(f"--bounds: {bounds!r} is not a comma list of numbers") from exc
+    if not bound_values or not all(0.0 < b < 1.0 for b in bound_values):
+        raise BenchInputError(f"--bounds: {bounds!r}: each bound must be in (0, 1)")
+    needs_sweeps = any(name != "synthetic" for name in set_names)
+    groups = read_sweeps_file(sweeps, None) if needs_sweeps else {}
+    eval_sets = build_sets(groups, set_names, folds_root=Path(folds_root), source_root=Path(source_root), thin=thin)
+    settings = BenchSettings(
+        job_s=job_s, iteration_s=iteration_s, seed=seed, clock_grid=clock_grid, sm_step_mhz=sm_step_mhz
+    )
+    result = run_suite(
+        eval_sets, bound_values, chosen, settings, models_root=Path(models_root), jobs=jobs, progress=echo
+    )
+    head = headline(result)
+    echo(format_headline(head))
+    meta = {"sweeps": str(sweeps), "clock_grid": clock_grid, "job_s": job_s, "simulated": True}
+    if json_out is not None:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_out).write_text(json.dumps({**meta, **result}, indent=1, default=_plain))
+    if metrics_out is not None:
+        Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_out).write_text(json.dumps(head, indent=1) + "\n")
+    if plot_out is not None:
+        plot_frontier(result, plot_out)
+    return head
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else float(value) if hasattr(value, "__float__") else str(value)
+
+
+def format_headline(head: dict[str, Any]) -> str:
+    """One line per set, bound and policy (fits 80 columns)."""
+    lines = [f"{'set@bound':<28} {'policy':<17} {'%orc':>6} {'save%':>6} {'slow%':>6} {'over%':>6} {'conv_s':>6}"]
+    for key, data in head.items():
+        for policy, row in data.items():
+            if not isinstance(row, dict) or "pct_of_oracle" not in row:
+                continue
+            pct = row["pct_of_oracle"]
+            lines.append(
+                f"{key:<28.28} {policy:<17} {pct if pct is not None else float('nan'):6.1f} {row['saving_pct']:6.2f} "
+                f"{row['slowdown_pct']:6.2f} {row['over_bound_pct']:6.1f} {row['converge_s']:6.1f}"
+            )
+        dominated = {k: v for k, v in data["dominated_by"].items() if v}
+        lines.append(f"{key:<28.28} dominated: {dominated or 'none'}")
+    return "\n".join(lines)

@@ -22,10 +22,18 @@ FOLD_INDEX = Path("folds/index.json")
 # --- the simulated job and its truth --------------------------------------------------------------------------
 
 
-def job_gpu(workload: SweepWorkload, seed: int, duration_s: float, *, subsample_jitter: bool = False) -> SimulatedGPU:
+def job_gpu(
+    workload: SweepWorkload,
+    seed: int,
+    duration_s: float,
+    *,
+    subsample_jitter: bool = False,
+    counters: str = "realistic",
+) -> SimulatedGPU:
     """A clock-writable simulated GPU that keeps the whole job's history, so energy and iteration counts can be
-    read at any time afterwards (`JobTruth`). `subsample_jitter`: see SimConfig."""
-    config = SimConfig(history_s=duration_s + 120.0, subsample_jitter=subsample_jitter)
+    read at any time afterwards (`JobTruth`). `subsample_jitter`, `counters`: see SimConfig (by default the GPU
+    presents counters only where a real one of its SKU has NVML GPM)."""
+    config = SimConfig(history_s=duration_s + 120.0, subsample_jitter=subsample_jitter, counters=counters)
     return SimulatedGPU(workload, seed=seed, allow_clock_writes=True, config=config)
 
 

@@ -48,7 +48,7 @@ from gpoeo_rt.bench.policies import (
 from gpoeo_rt.bench.sweeps import Groups, Row
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy
-from gpoeo_rt.device import SimulatedGPU, SimulatedStepMarkers, SweepWorkload
+from gpoeo_rt.device import COUNTER_MODES, SimulatedGPU, SimulatedStepMarkers, SweepWorkload
 from gpoeo_rt.search.objectives import Objective
 
 # gpoeo-rt times iterations from the power samples (no change to the training code); gpoeo-rt-markers is the same
@@ -72,6 +72,8 @@ class BenchSettings:
     seed: int = 0
     clock_grid: str = "measured"  # one of CLOCK_GRIDS; every policy and the oracle get the same table
     sm_step_mhz: int = 15  # the fine grid's SM step
+    # Counters the simulated GPUs present (SimConfig.counters): "realistic" = NVML GPM on Hopper and later only.
+    counters: str = "realistic"
     sweep: SweepConfig = field(default_factory=SweepConfig)
     paper: GpoeoPaperConfig = field(default_factory=GpoeoPaperConfig)
     bandit: BanditConfig = field(default_factory=BanditConfig)
@@ -81,6 +83,8 @@ class BenchSettings:
             raise BenchInputError(f"clock grid {self.clock_grid!r}: choose from {', '.join(CLOCK_GRIDS)}")
         if self.sm_step_mhz < 1:
             raise BenchInputError(f"SM step of the fine clock grid: {self.sm_step_mhz} MHz must be >= 1")
+        if self.counters not in COUNTER_MODES:
+            raise BenchInputError(f"counters {self.counters!r}: choose from {', '.join(COUNTER_MODES)}")
 
     def workload(self, rows: Sequence[Row]) -> SweepWorkload:
         """The simulated workload of one sweep, on this bench's clock grid (the same for every policy)."""
@@ -129,23 +133,37 @@ def _fold_index(folds_root: Path, name: str) -> dict[str, Path] | None:
     return fold_bundles(folds_root, name)
 
 
+MODEL_SOURCES: tuple[str, ...] = ("sku-folds", "generic-folds")
+
+
+def _trained_on(bundle: Path) -> list[str]:
+    """The SKUs a bundle's manifest says its models learnt from (a bundle that saw a SKU is no test for it)."""
+    try:
+        return list(json.loads((bundle / "manifest.json").read_text()).get("trained_on_skus", []))
+    except (OSError, ValueError) as exc:
+        raise BenchInputError(f"{bundle / 'manifest.json'}: unreadable ({exc})") from exc
+
+
 def resolve_bundles(
-    keys: Sequence[tuple[str, str]], folds_root: Path, models_root: Path
+    keys: Sequence[tuple[str, str]], folds_root: Path, models_root: Path, models: str = "sku-folds"
 ) -> dict[tuple[str, str], tuple[str, str, str | None]]:
     """(sku, workload) -> (bundle directory, why it is honest, the name its manifest must list as held out),
-    per the module docstring."""
+    per the module docstring; with models="generic-folds", the per-SKU folds are passed over (every SKU is judged
+    by the generic model that never saw it: a leave-one-SKU-out evaluation)."""
+    if models not in MODEL_SOURCES:
+        raise BenchInputError(f"model source {models!r}: choose from {', '.join(MODEL_SOURCES)}")
     generic_folds = _fold_index(folds_root, "generic")
     out: dict[tuple[str, str], tuple[str, str, str | None]] = {}
     per_sku: dict[str, dict[str, Path] | None] = {}
     for sku, workload in keys:
         if sku not in per_sku:
-            per_sku[sku] = _fold_index(folds_root, sku)
+            per_sku[sku] = _fold_index(folds_root, sku) if models == "sku-folds" else None
         folds = per_sku[sku]
         if folds is not None and workload in folds:
             out[(sku, workload)] = (str(folds[workload]), "leave-one-workload-out fold", workload)
         elif generic_folds is not None and sku in generic_folds:
             out[(sku, workload)] = (str(generic_folds[sku]), "generic leave-one-SKU-out fold", sku)
-        elif folds is None and (models_root / "generic").is_dir():
+        elif folds is None and (models_root / "generic").is_dir() and sku not in _trained_on(models_root / "generic"):
             out[(sku, workload)] = (
                 str(models_root / "generic"),
                 "generic bundle (the pipeline never saw this SKU)",
@@ -199,7 +217,7 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
     table = workload.clock_table()
     reference = (table.default_sm_mhz, table.default_mem_mhz)
     # The default run is simulated once: it is both the `default` policy and every other run's yardstick.
-    base = job_gpu(workload, seed, s.job_s)
+    base = job_gpu(workload, seed, s.job_s, counters=s.counters)
     base.clock.advance(s.job_s)
     default = JobTruth(base)
     results = []
@@ -207,7 +225,7 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
         if name == "default" or (name == "oracle" and oracle.clocks == reference):
             truth, changes, probes = default, [], 0  # identical to the default run (same seed, same clocks)
         else:
-            gpu = job_gpu(workload, seed, s.job_s)
+            gpu = job_gpu(workload, seed, s.job_s, counters=s.counters)
             policy = make_policy(name, gpu, task, oracle, seed)
             policy.run(s.job_s)
             truth, changes, probes = JobTruth(gpu), policy.clock_changes, policy.probes
@@ -251,8 +269,10 @@ def run_bench(
     jobs: int = 2,
     limit: int = 0,
     progress: Callable[[int, int], None] | None = None,
+    models: str = "sku-folds",
 ) -> BenchRun:
-    """Run every (sku, workload) of `groups` (at most `limit` per SKU when > 0) under `policies`."""
+    """Run every (sku, workload) of `groups` (at most `limit` per SKU when > 0) under `policies`; `models`: see
+    resolve_bundles."""
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         raise BenchInputError(f"unknown policy {', '.join(map(repr, unknown))}; choose from {', '.join(POLICIES)}")
@@ -265,7 +285,7 @@ def run_bench(
                 taken[sku] = taken.get(sku, 0) + 1
                 kept.append((sku, workload))
         keys = kept
-    bundles = resolve_bundles(keys, folds_root, models_root) if MODEL_POLICIES & set(policies) else {}
+    bundles = resolve_bundles(keys, folds_root, models_root, models) if MODEL_POLICIES & set(policies) else {}
     models: dict[str, int] = {}
     for _, why, _ in bundles.values():
         models[why] = models.get(why, 0) + 1

@@ -52,7 +52,7 @@ from gpoeo_rt.bench.harness import (
 )
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy, State
-from gpoeo_rt.device import SimulatedGPU, SimulatedStepMarkers, SweepWorkload, h200_spec
+from gpoeo_rt.device import COUNTER_MODES, SimulatedGPU, SimulatedStepMarkers, SweepWorkload, h200_spec
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.search.objectives import Objective
@@ -114,10 +114,11 @@ def run_policy(
     config: ControllerConfig,
     markers: bool = False,
     subsample_jitter: bool = False,
+    counters: str = "realistic",
 ) -> tuple[SimulatedGPU, Controller, float, float]:
     """Run the controller for duration_s; returns (gpu, controller, steady-state CPU s, steady simulated s).
     With markers, the job sends step markers (seeded like the GPU)."""
-    gpu = job_gpu(workload, seed, duration_s, subsample_jitter=subsample_jitter)
+    gpu = job_gpu(workload, seed, duration_s, subsample_jitter=subsample_jitter, counters=counters)
     controller = Controller(
         gpu,
         predictor=predictor if policy is not Policy.SEARCH else None,
@@ -174,6 +175,7 @@ class Task:
     sm_step_mhz: int = 15
     markers: bool = False  # the simulated job sends step markers
     subsample_jitter: bool = False  # SimConfig.subsample_jitter (unaliased power for iterations near 5 ms multiples)
+    counters: str = "realistic"  # SimConfig.counters
 
 
 def evaluate_workload(task: Task) -> list[RunResult]:
@@ -184,7 +186,7 @@ def evaluate_workload(task: Task) -> list[RunResult]:
     )
     oracle = oracle_for(workload, objective, task.max_slowdown)
     seed = (zlib.crc32(f"{task.sku}/{task.workload}".encode()) + task.seed) % 2**31
-    base = job_gpu(workload, seed, task.duration_s, subsample_jitter=task.subsample_jitter)
+    base = job_gpu(workload, seed, task.duration_s, subsample_jitter=task.subsample_jitter, counters=task.counters)
     base.clock.advance(task.duration_s)
     default = JobTruth(base)
     results = []
@@ -204,6 +206,7 @@ def evaluate_workload(task: Task) -> list[RunResult]:
             config=config,
             markers=task.markers,
             subsample_jitter=task.subsample_jitter,
+            counters=task.counters,
         )
         scored = score(gpu, controller, default, oracle, duration_s=task.duration_s)
         events: dict[str, int] = defaultdict(int)
@@ -363,6 +366,7 @@ def build_tasks(args: argparse.Namespace) -> tuple[list[Task], str]:
                     sm_step_mhz=args.sm_step_mhz,
                     markers=markers,
                     subsample_jitter=args.subsample_jitter,
+                    counters=args.counters,
                 )
             )
     if args.limit:
@@ -406,6 +410,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="random instants within each simulated power sample: without it, iterations near a multiple of 5 ms "
         "alias the simulator's power and its true energy (use it for --iteration-s below ~0.04)",
+    )
+    parser.add_argument(
+        "--counters",
+        default="realistic",
+        choices=list(COUNTER_MODES),
+        help="counters the simulated GPUs give: NVML GPM on Hopper and later only (realistic, the default), the "
+        "sweep's on every GPU (sweep), or none",
     )
     parser.add_argument("--limit", type=int, default=0, help="at most N workloads per SKU (0: all)")
     parser.add_argument("--jobs", type=int, default=2)

@@ -11,7 +11,6 @@ from gpoeo_rt.controller.controller import (
     LogSink,
     jsonl_sink,
 )
-from gpoeo_rt.controller.searchers import DescentSearch, PredictedPick, Search, expected_ratios
 from gpoeo_rt.controller.state import LOG_KEYS, Baseline, Decision, PhaseRecord, Policy, State
 
 __all__ = [
@@ -21,13 +20,9 @@ __all__ = [
     "ControllerConfig",
     "ControllerStoppedError",
     "Decision",
-    "DescentSearch",
     "LogSink",
     "PhaseRecord",
     "Policy",
-    "PredictedPick",
-    "Search",
     "State",
-    "expected_ratios",
     "jsonl_sink",
 ]

@@ -33,7 +33,6 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gpoeo_rt.controller.searchers import DescentSearch, PredictedPick, Search, expected_ratios, unstaircase
 from gpoeo_rt.controller.state import Baseline, Decision, PhaseRecord, Policy, State
 from gpoeo_rt.detection import (
     MARKERS,
@@ -51,8 +50,11 @@ from gpoeo_rt.device.clock import SleepInterruptedError
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.sampling import MarkerSource, PowerWindow, Sampler
+from gpoeo_rt.search.baselines import DescentSearch, PredictedPick
+from gpoeo_rt.search.measured import MeasuredSearch
 from gpoeo_rt.search.objectives import Objective
-from gpoeo_rt.search.refine import RefineSearch
+from gpoeo_rt.search.prior import counter_trust, prior_from_prediction
+from gpoeo_rt.search.protocol import Search
 
 LogSink = Callable[[dict[str, object]], None]
 Clocks = tuple[int, int]
@@ -82,7 +84,7 @@ class ControllerConfig:
     min_marker_intervals: int = 10
     marker_coverage: float = 0.75
     # Search.
-    max_probes: int = 6  # probes after the reference (RefineSearch); the descent baseline may take more
+    max_probes: int = 12  # probes after the reference (the measurement-led search and the descent baseline)
     max_descent_probes: int = 12
     # A probe is measured longer (up to max_probe_windows windows, analysed as one) when its time ratio is within
     # near_bound of the bound (period error of one 2 s window: sd 0.25%, max 1%), or this far from what the
@@ -627,23 +629,21 @@ class Controller:
             pred = self._predictor.predict_grid(
                 baseline.counters, self._grid_sm, self._grid_mem, float(self.reference[0]), float(self.reference[1])
             )
+            trust = counter_trust(baseline.counters, self._predictor.manifest.feature_names)
+            prior = prior_from_prediction(
+                self._grid_sm, self._grid_mem, self._ref_index, pred.time_ratio, pred.power_ratio, trust
+            )
             self.prediction_cpu_s.append(time.process_time() - t0)
-            time_ratio = unstaircase(self._grid_sm, self._grid_mem, pred.time_ratio)
-            power_ratio = unstaircase(self._grid_sm, self._grid_mem, pred.power_ratio)
-            # Ratios are to the reference, where the truth is 1 by definition: the model's own value there is a
-            # bias shared by every config, so it is divided out.
-            time_ratio = time_ratio / time_ratio[self._ref_index]
-            energy_ratio = time_ratio * power_ratio / power_ratio[self._ref_index]
             if cfg.policy is Policy.PREDICTION or cfg.advise:
-                search = PredictedPick(time_ratio, energy_ratio, cfg.objective, cfg.max_slowdown)
+                search = PredictedPick(prior.time_ratio, prior.energy_ratio, cfg.objective, cfg.max_slowdown)
             else:
-                search = RefineSearch(
+                search = MeasuredSearch(
                     self._grid_sm,
                     self._grid_mem,
-                    time_ratio,
-                    energy_ratio,
+                    self._ref_index,
                     cfg.objective,
                     cfg.max_slowdown,
+                    prior,
                     max_probes=cfg.max_probes,
                 )
         search.record(self._ref_index, 1.0, 1.0)  # the baseline is the reference probe
@@ -661,7 +661,7 @@ class Controller:
             self._probe_failures = 0
             self._set_clocks(self._grid[index])
         index = self._probe
-        exp_time, exp_energy = expected_ratios(search, index)
+        exp_time, exp_energy = search.expected(index)
         lo, hi = self._period_bounds(index)
         expected_period = min(max(baseline.period_s * (exp_time or 1.0), lo), hi)
         window = self._measure(self._window_for(expected_period))
@@ -731,34 +731,16 @@ class Controller:
         return self._decide(
             "probe",
             State.SEARCHING,
-            f"probe {len(self._search_probes()) - 1} at {self._grid[index]} MHz",
+            f"probe {len(search.measured_indices()) - 1} at {self._grid[index]} MHz",
             **info,
         )
-
-    def _search_probes(self) -> list[int]:
-        search = self._search
-        if isinstance(search, RefineSearch):
-            return [p.index for p in search.probes]
-        if isinstance(search, DescentSearch):
-            return list(search._measured)
-        return []
-
-    def _measured_ratios(self, index: int) -> tuple[float | None, float | None]:
-        search = self._search
-        if isinstance(search, RefineSearch):
-            for p in search.probes:
-                if p.index == index:
-                    return p.time_ratio, p.energy_ratio
-        if isinstance(search, DescentSearch) and index in search._measured:
-            return search._measured[index]
-        return None, None
 
     def _converge(self, event: str, reason: str, info: dict[str, Any] | None = None) -> Decision:
         assert self._search is not None
         best = self._search.best()
         clocks = None if best == self._ref_index else self._grid[best]
-        measured = self._measured_ratios(best)
-        exp_time, exp_energy = expected_ratios(self._search, best)
+        measured = self._search.measured(best) or (None, None)
+        exp_time, exp_energy = self._search.expected(best)
         self._update_phase(clocks, measured)
         fields = dict(info or {})
         fields.update(predicted_time_ratio=exp_time, predicted_energy_ratio=exp_energy)

@@ -32,7 +32,14 @@ from gpoeo_rt.device.errors import (
 )
 from gpoeo_rt.device.group import GroupGPU
 from gpoeo_rt.device.nvml import NVMLGPU
-from gpoeo_rt.device.simulated import SimConfig, SimulatedGPU, SimulatedStepMarkers, SimulationTruth
+from gpoeo_rt.device.simulated import (
+    COUNTER_MODES,
+    SimConfig,
+    SimulatedGPU,
+    SimulatedStepMarkers,
+    SimulationTruth,
+    has_gpm,
+)
 from gpoeo_rt.device.workload import (
     PRESET_NAMES,
     AnalyticWorkload,
@@ -48,6 +55,7 @@ from gpoeo_rt.device.workload import (
 )
 
 __all__ = [
+    "COUNTER_MODES",
     "GPU",
     "NVMLGPU",
     "PRESET_NAMES",
@@ -82,6 +90,7 @@ __all__ = [
     "WallClock",
     "Workload",
     "h200_spec",
+    "has_gpm",
     "open_gpu",
     "parse_schedule",
     "preset_workload",

@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,9 +64,23 @@ class SimConfig:
     burst_level: float = 1.15
     counter_noise: float = 0.005  # std of noise on counter fractions
     gpm_min_interval_s: float = 0.1
+    # Which counters the GPU presents: "realistic" = NVML GPM only where a real GPU of this name has it (Hopper
+    # and later; `has_gpm`), "sweep" = the workload's counters on any GPU (what a DCGM or profiler source would
+    # add; for experiments), "none" = never.
+    counters: str = "realistic"
     history_s: float = 600.0  # samples and iteration ends older than this are dropped (bounded memory)
     poll_call_s: float = 0.0042  # modelled duration of one poll (the energy read costs ~4 ms on an H200)
     lookahead_s: float = 10.0  # the timeline is generated this far ahead of now; a clock write rolls it back
+
+
+COUNTER_MODES: tuple[str, ...] = ("realistic", "sweep", "none")
+# NVML GPM (the counters the runtime reads) exists on Hopper and later GPUs only (nvmlGpmQueryDeviceSupport).
+_GPM_NAMES = re.compile(r"\b(g?h100|g?h200|h800|h20|g?b100|g?b200|g?b300)\b")
+
+
+def has_gpm(name: str) -> bool:
+    """Whether a real GPU of this name (NVML name or sweep SKU, e.g. "NVIDIA H200", "tesla-v100") has NVML GPM."""
+    return _GPM_NAMES.search(name.lower().replace("-", " ")) is not None
 
 
 class _Checkpoint(NamedTuple):
@@ -222,6 +237,8 @@ class SimulatedGPU(GPU):
             raise ValueError("simulation schedule start times must increase")
         self._clock = clock if clock is not None else SimClock()
         self._config = config or SimConfig()
+        if self._config.counters not in COUNTER_MODES:
+            raise ValueError(f"simulated counters {self._config.counters!r}: choose from {', '.join(COUNTER_MODES)}")
         self._spec = spec or h200_spec()
         self._seed = int(seed.integers(2**63)) if isinstance(seed, np.random.Generator) else int(seed)
         self._allow_clock_writes = allow_clock_writes
@@ -235,6 +252,8 @@ class SimulatedGPU(GPU):
             f"simulated {getattr(self._workloads[0], 'sku', '')}".strip() if measured else self._spec.name
         )
         default = (self._table.default_sm_mhz, self._table.default_mem_mhz)
+        mode = self._config.counters
+        self._counters = mode == "sweep" or (mode == "realistic" and has_gpm(self._name))
         # Real clock locks outlive the process that set them (the reason gpoeo keeps a state file). With a
         # lock_state_path the simulated GPU does the same: its lock is stored there and found by the next process.
         self._lock_state_path = Path(lock_state_path) if lock_state_path is not None else None
@@ -594,6 +613,9 @@ class SimulatedGPU(GPU):
         now = self._clock.now_s()
         if self._last_snapshot is not None and now - self._last_snapshot_now < cfg.gpm_min_interval_s - _EPS:
             return self._last_snapshot  # too soon after the last sample: same answer, as the NVML backend does
+        if not self._counters:
+            self._last_snapshot, self._last_snapshot_now = CounterSnapshot(now, now, source="none"), now
+            return self._last_snapshot
         self._generate_to_now()
         t_tick, _ = self._last_tick()
         previous, self._snap_prev_tick = self._snap_prev_tick, t_tick

@@ -1,0 +1,226 @@
+"""The evaluation suite: every policy on the in-distribution set and on sets the models never saw, at several
+slowdown bounds, compared on the saving-vs-slowdown frontier (`gpoeo-rt bench-suite`, DVC stage `bench_ood`).
+
+Sets (each a group of simulated jobs and the rule that picks each job's honest model):
+- `in-distribution`: the V100 and RTX 8000 sweeps, each workload with its leave-one-workload-out fold bundle;
+- `leave-one-sku-out`: every SKU of the sweeps table judged by the generic model that never saw it (its
+  leave-one-SKU-out fold, or the shipped generic bundle for SKUs it was never trained on); the two 158-workload
+  SKUs are thinned to every `thin`-th workload so that no SKU dominates the mean;
+- `leave-one-source-out`: workloads of a SKU with two sources, each judged by a model trained on the SKU's other
+  source only (`pipeline/source_holdout.py` writes those bundles);
+- `synthetic`: the job families of `bench.synthetic` on the simulated H200 (GPM counters, as a real one), with
+  the shipped generic bundle (which never saw them).
+Counters are realistic everywhere (NVML GPM on Hopper and later only). A policy is dominated on a set at a bound
+when a baseline saves more with no more mean slowdown and no more runs over the bound.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from gpoeo_rt.bench import synthetic
+from gpoeo_rt.bench.report import ALL_SKUS, summarize
+from gpoeo_rt.bench.runner import BenchInputError, BenchSettings, run_bench
+from gpoeo_rt.bench.sweeps import Groups
+
+SET_NAMES: tuple[str, ...] = ("in-distribution", "leave-one-sku-out", "leave-one-source-out", "synthetic")
+OURS: tuple[str, ...] = ("gpoeo-rt", "gpoeo-rt-markers")
+BASELINES: tuple[str, ...] = ("sweep", "gpoeo-paper", "bandit")
+IN_DISTRIBUTION_SKUS: tuple[str, ...] = ("tesla-v100", "quadro-rtx-8000")
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    name: str
+    groups: Groups
+    folds_root: Path
+    models: str  # runner.MODEL_SOURCES
+
+
+def _thin(groups: Groups, skus: Sequence[str], every: int) -> Groups:
+    """Every `every`-th workload (in name order) of the listed SKUs, all of the others."""
+    kept: Groups = {}
+    for sku in sorted({s for s, _ in groups}):
+        keys = sorted(k for k in groups if k[0] == sku)
+        step = every if sku in skus else 1
+        kept.update({k: groups[k] for k in keys[::step]})
+    return kept
+
+
+def _source_held_out(groups: Groups, source_root: Path) -> Groups:
+    """The workloads that a source-holdout fold index lists (their models never saw their source)."""
+    kept: Groups = {}
+    for index in sorted(source_root.glob("*/folds/index.json")):
+        sku = index.parent.parent.name
+        listed = json.loads(index.read_text()).get("folds", {})
+        kept.update({(sku, w): groups[(sku, w)] for w in listed if (sku, w) in groups})
+    if not kept:
+        raise BenchInputError(
+            f"{source_root}: no source-holdout fold index (run `dvc repro source_holdout` to build the bundles)"
+        )
+    return kept
+
+
+def build_sets(
+    groups: Groups,
+    names: Sequence[str],
+    *,
+    folds_root: Path,
+    source_root: Path,
+    thin: int = 4,
+) -> list[EvalSet]:
+    sets = []
+    for name in names:
+        if name == "in-distribution":
+            chosen = {k: v for k, v in groups.items() if k[0] in IN_DISTRIBUTION_SKUS}
+            sets.append(EvalSet(name, chosen, folds_root, "sku-folds"))
+        elif name == "leave-one-sku-out":
+            sets.append(EvalSet(name, _thin(groups, IN_DISTRIBUTION_SKUS, thin), folds_root, "generic-folds"))
+        elif name == "leave-one-source-out":
+            sets.append(EvalSet(name, _source_held_out(groups, source_root), source_root, "sku-folds"))
+        elif name == "synthetic":
+            rows: dict[tuple[str, str], list[dict[str, object]]] = {}
+            for row in synthetic.synthetic_rows():
+                rows.setdefault((str(row["sku"]), str(row["workload"])), []).append(row)
+            sets.append(EvalSet(name, rows, folds_root, "generic-folds"))
+        else:
+            raise BenchInputError(f"evaluation set {name!r}: choose from {', '.join(SET_NAMES)}")
+        if not sets[-1].groups:
+            raise BenchInputError(f"evaluation set {name!r} has no workloads in the sweeps table")
+    return sets
+
+
+def dominance(rows: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """For each of our policies in `rows` (one summary row per policy), the baselines that dominate it: more
+    saving at no more mean slowdown and no more runs over the bound."""
+    by_policy = {r["policy"]: r for r in rows}
+    out: dict[str, list[str]] = {}
+    for ours in OURS:
+        mine = by_policy.get(ours)
+        if mine is None:
+            continue
+        out[ours] = [
+            name
+            for name in BASELINES
+            if (b := by_policy.get(name)) is not None
+            and b["saving_pct"] > mine["saving_pct"]
+            and b["mean_slowdown_pct"] <= mine["mean_slowdown_pct"]
+            and b["violations"] <= mine["violations"]
+        ]
+    return out
+
+
+def run_suite(
+    sets: Sequence[EvalSet],
+    bounds: Sequence[float],
+    policies: Sequence[str],
+    settings: BenchSettings,
+    *,
+    models_root: Path,
+    jobs: int,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Every set at every bound; returns {"sets": {set: {bound: {"summary", "dominated", "wall_s", "runs"}}}}."""
+    out: dict[str, Any] = {"bounds": list(bounds), "policies": list(policies), "sets": {}}
+    for eval_set in sets:
+        per_bound: dict[str, Any] = {}
+        for bound in bounds:
+            bounded = replace(
+                settings,
+                max_slowdown=bound,
+                sweep=replace(settings.sweep, max_slowdown=bound),
+                paper=replace(settings.paper, time_loss_bound=bound),
+                bandit=replace(settings.bandit, max_slowdown=bound),
+            )
+            run = run_bench(
+                eval_set.groups,
+                policies,
+                bounded,
+                folds_root=eval_set.folds_root,
+                models_root=models_root,
+                jobs=jobs,
+                models=eval_set.models,
+            )
+            summary = summarize(run.results, policies)
+            overall = [r for r in summary if r["sku"] == ALL_SKUS]
+            per_bound[f"{bound:g}"] = {
+                "summary": summary,
+                "dominated": dominance(overall),
+                "wall_s": run.wall_s,
+                "models": run.models,
+                "runs": [vars(r) for r in run.results],
+            }
+            if progress is not None:
+                ours = next((r for r in overall if r["policy"] == "gpoeo-rt"), None)
+                figure = f", gpoeo-rt {ours['pct_of_oracle']:.1f}% of the oracle" if ours else ""
+                progress(f"{eval_set.name} at {bound:.0%}: {len(eval_set.groups)} jobs, {run.wall_s:.0f} s{figure}")
+        out["sets"][eval_set.name] = per_bound
+    return out
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """The small metrics file: per set and bound, each policy's % of the oracle, mean slowdown, runs over the
+    bound, and who dominates our policies."""
+    out: dict[str, Any] = {}
+    for set_name, per_bound in result["sets"].items():
+        for bound, data in per_bound.items():
+            key = f"{set_name}@{float(bound):.0%}"
+            rows = {r["policy"]: r for r in data["summary"] if r["sku"] == ALL_SKUS}
+            out[key] = {
+                "jobs": next(iter(rows.values()))["workloads"] if rows else 0,
+                **{
+                    policy: {
+                        "pct_of_oracle": _round(r["pct_of_oracle"]),
+                        "saving_pct": _round(r["saving_pct"]),
+                        "slowdown_pct": _round(r["mean_slowdown_pct"]),
+                        "over_bound_pct": _round(r["violations_pct"]),
+                        "worst_pct": _round(r["max_slowdown_pct"]),
+                        "converge_s": _round(r["mean_converge_s"]),
+                    }
+                    for policy, r in rows.items()
+                    if policy != "default"
+                },
+                "dominated_by": data["dominated"],
+            }
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 2)
+
+
+def plot_frontier(result: dict[str, Any], path: str | Path) -> None:
+    """One panel per set: mean saving against mean slowdown, one line per policy through its bounds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sets = list(result["sets"])
+    fig, axes = plt.subplots(1, len(sets), figsize=(4.2 * len(sets), 4.0), squeeze=False)
+    for ax, set_name in zip(axes[0], sets, strict=True):
+        per_bound = result["sets"][set_name]
+        for policy in result["policies"]:
+            if policy == "default":
+                continue
+            points = []
+            for data in per_bound.values():
+                row = next(r for r in data["summary"] if r["sku"] == ALL_SKUS and r["policy"] == policy)
+                points.append((row["mean_slowdown_pct"], row["saving_pct"]))
+            xs, ys = zip(*sorted(points), strict=True)
+            style = "-o" if policy in OURS else ("--" if policy == "oracle" else ":s")
+            ax.plot(xs, ys, style, label=policy, markersize=4)
+        ax.set_title(set_name, fontsize=10)
+        ax.set_xlabel("mean slowdown (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("mean energy saving (%)")
+    axes[0][-1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Saving vs slowdown at bounds " + ", ".join(f"{b:.0%}" for b in result["bounds"]), fontsize=10)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
