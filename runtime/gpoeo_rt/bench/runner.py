@@ -286,9 +286,9 @@ def run_bench(
                 kept.append((sku, workload))
         keys = kept
     bundles = resolve_bundles(keys, folds_root, models_root, models) if MODEL_POLICIES & set(policies) else {}
-    models: dict[str, int] = {}
+    model_counts: dict[str, int] = {}
     for _, why, _ in bundles.values():
-        models[why] = models.get(why, 0) + 1
+        model_counts[why] = model_counts.get(why, 0) + 1
     tasks = []
     for sku, w in keys:
         bundle, _, held_out = bundles.get((sku, w), (None, "", None))
@@ -309,7 +309,7 @@ def run_bench(
     wall_s = time.perf_counter() - t0
     order = {p: i for i, p in enumerate(policies)}
     results.sort(key=lambda r: (r.sku, r.workload, order[r.policy]))
-    return BenchRun(results, wall_s, jobs, models)
+    return BenchRun(results, wall_s, jobs, model_counts)
 
 
 def results_json(run: BenchRun, summary: list[dict[str, Any]], meta: dict[str, Any]) -> str:
