@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +14,14 @@ from gpoeo_rt.device import (
     PRESET_NAMES,
     AnalyticWorkload,
     ClockWriteNotAllowedError,
+    CounterSnapshot,
     GPUInvalidArgumentError,
     SimConfig,
     SimulatedGPU,
     SweepRangeError,
     SweepWorkload,
     h200_spec,
+    has_gpm,
     open_gpu,
     parse_schedule,
     preset_workload,
@@ -223,6 +226,30 @@ def test_counter_snapshots() -> None:
     gpu.counter_snapshot()
     gpu.clock.advance(2.0)
     assert gpu.counter_snapshot().features["feat_dram_active"] > snap.features["feat_dram_active"] * 1.2
+
+
+def test_counters_only_where_a_real_gpu_of_that_name_has_nvml_gpm() -> None:
+    """Realistic by default: NVML GPM exists on Hopper and later only, so a simulated V100 (a sweep-driven job)
+    gives no counters, as the real one does; `counters` forces them on or off for experiments."""
+    assert has_gpm("NVIDIA H200") and has_gpm("NVIDIA H100 80GB HBM3") and has_gpm("simulated synthetic-h200")
+    assert has_gpm("NVIDIA GH200 480GB") and has_gpm("NVIDIA B200")
+    assert not has_gpm("Tesla V100-SXM2-16GB") and not has_gpm("simulated quadro-rtx-8000")
+    assert not has_gpm("NVIDIA A100-SXM4-80GB") and not has_gpm("NVIDIA GeForce RTX 4090")
+    workload = SweepWorkload.from_rows(_sweep_rows(), workload="bert")
+
+    def snapshot(gpu: SimulatedGPU) -> CounterSnapshot:
+        gpu.counter_snapshot()
+        gpu.clock.advance(1.0)
+        return gpu.counter_snapshot()
+
+    v100 = snapshot(SimulatedGPU(workload, config=QUIET))
+    assert v100.source == "none" and all(math.isnan(v) for v in v100.features.values())
+    forced = snapshot(SimulatedGPU(workload, config=replace(QUIET, counters="sweep")))
+    assert forced.source == "simulated" and forced.features["feat_dram_active"] == pytest.approx(0.3)
+    assert snapshot(_sim()).source == "simulated"  # the simulated H200
+    assert snapshot(_sim(config=replace(QUIET, counters="none"))).source == "none"
+    with pytest.raises(ValueError, match="simulated counters 'gpm'"):
+        SimulatedGPU(workload, config=replace(QUIET, counters="gpm"))
 
 
 def test_deterministic_with_a_seed_and_independent_of_query_pattern() -> None:

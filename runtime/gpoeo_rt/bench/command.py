@@ -173,17 +173,18 @@ def _plain(value: object) -> object:
 
 
 def format_headline(head: dict[str, Any]) -> str:
-    """One line per set, bound and policy (fits 80 columns)."""
-    lines = [f"{'set@bound':<28} {'policy':<17} {'%orc':>6} {'save%':>6} {'slow%':>6} {'over%':>6} {'conv_s':>6}"]
+    """One line per set, bound and policy, and who dominates our policies (fits 80 columns)."""
+    lines = [f"{'set@bound':<25} {'policy':<16} {'%orc':>6} {'save%':>6} {'slow%':>6} {'over%':>6} {'conv_s':>6}"]
     for key, data in head.items():
         for policy, row in data.items():
             if not isinstance(row, dict) or "pct_of_oracle" not in row:
                 continue
             pct = row["pct_of_oracle"]
             lines.append(
-                f"{key:<28.28} {policy:<17} {pct if pct is not None else float('nan'):6.1f} {row['saving_pct']:6.2f} "
-                f"{row['slowdown_pct']:6.2f} {row['over_bound_pct']:6.1f} {row['converge_s']:6.1f}"
+                f"{key:<25.25} {policy:<16.16} {pct if pct is not None else float('nan'):6.1f} "
+                f"{row['saving_pct']:6.2f} {row['slowdown_pct']:6.2f} {row['over_bound_pct']:6.1f} "
+                f"{row['converge_s']:6.1f}"
             )
-        dominated = {k: v for k, v in data["dominated_by"].items() if v}
-        lines.append(f"{key:<28.28} dominated: {dominated or 'none'}")
+        verdicts = [f"{ours} by {', '.join(by)}" for ours, by in data["dominated_by"].items() if by]
+        lines.append(f"{key:<25.25} dominated: {'; '.join(verdicts) or 'none'}")
     return "\n".join(lines)
