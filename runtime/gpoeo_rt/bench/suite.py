@@ -163,8 +163,9 @@ def run_suite(
 
 
 def headline(result: dict[str, Any]) -> dict[str, Any]:
-    """The small metrics file: per set and bound, each policy's % of the oracle, mean slowdown, runs over the
-    bound, and who dominates our policies."""
+    """The small metrics file: per set and bound, each policy's % of the oracle, mean saving and slowdown, runs
+    over the bound, worst slowdown, time to its final config, exploration energy (% of the default run's), and
+    who dominates our policies."""
     out: dict[str, Any] = {}
     for set_name, per_bound in result["sets"].items():
         for bound, data in per_bound.items():
@@ -180,6 +181,7 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
                         "over_bound_pct": _round(r["violations_pct"]),
                         "worst_pct": _round(r["max_slowdown_pct"]),
                         "converge_s": _round(r["mean_converge_s"]),
+                        "exploration_pct": _round(r["exploration_pct"]),
                     }
                     for policy, r in rows.items()
                     if policy != "default"
