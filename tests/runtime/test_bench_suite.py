@@ -11,8 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpoeo_rt.bench import synthetic
+from gpoeo_rt.bench.report import dominance
 from gpoeo_rt.bench.runner import BenchInputError
-from gpoeo_rt.bench.suite import build_sets, dominance
+from gpoeo_rt.bench.suite import build_sets
 from gpoeo_rt.cli import app
 from gpoeo_rt.device import SweepWorkload, h200_spec
 from gpoeo_rt.search.objectives import Objective, pick_config

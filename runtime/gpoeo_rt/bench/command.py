@@ -82,7 +82,7 @@ def run_bench_command(
         groups, chosen, settings, folds_root=Path(folds_root), models_root=Path(models_root), jobs=jobs, limit=limit
     )
     summary = summarize(run.results, chosen)
-    targets = check_targets(summary, run.wall_s)
+    targets = check_targets(summary, run.wall_s, max_slowdown)
     n_workloads = len({(r.sku, r.workload) for r in run.results})
     grid = "measured SM clocks" if clock_grid == "measured" else f"fine SM grid ({sm_step_mhz} MHz steps)"
     echo(

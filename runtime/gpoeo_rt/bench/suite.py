@@ -23,13 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from gpoeo_rt.bench import synthetic
-from gpoeo_rt.bench.report import ALL_SKUS, summarize
+from gpoeo_rt.bench.report import ALL_SKUS, dominance, summarize
 from gpoeo_rt.bench.runner import BenchInputError, BenchSettings, run_bench
 from gpoeo_rt.bench.sweeps import Groups
 
 SET_NAMES: tuple[str, ...] = ("in-distribution", "leave-one-sku-out", "leave-one-source-out", "synthetic")
-OURS: tuple[str, ...] = ("gpoeo-rt", "gpoeo-rt-markers")
-BASELINES: tuple[str, ...] = ("sweep", "gpoeo-paper", "bandit")
 IN_DISTRIBUTION_SKUS: tuple[str, ...] = ("tesla-v100", "quadro-rtx-8000")
 
 
@@ -92,26 +90,6 @@ def build_sets(
         if not sets[-1].groups:
             raise BenchInputError(f"evaluation set {name!r} has no workloads in the sweeps table")
     return sets
-
-
-def dominance(rows: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
-    """For each of our policies in `rows` (one summary row per policy), the baselines that dominate it: more
-    saving at no more mean slowdown and no more runs over the bound."""
-    by_policy = {r["policy"]: r for r in rows}
-    out: dict[str, list[str]] = {}
-    for ours in OURS:
-        mine = by_policy.get(ours)
-        if mine is None:
-            continue
-        out[ours] = [
-            name
-            for name in BASELINES
-            if (b := by_policy.get(name)) is not None
-            and b["saving_pct"] > mine["saving_pct"]
-            and b["mean_slowdown_pct"] <= mine["mean_slowdown_pct"]
-            and b["violations"] <= mine["violations"]
-        ]
-    return out
 
 
 def run_suite(
@@ -214,7 +192,7 @@ def plot_frontier(result: dict[str, Any], path: str | Path) -> None:
                 row = next(r for r in data["summary"] if r["sku"] == ALL_SKUS and r["policy"] == policy)
                 points.append((row["mean_slowdown_pct"], row["saving_pct"]))
             xs, ys = zip(*sorted(points), strict=True)
-            style = "-o" if policy in OURS else ("--" if policy == "oracle" else ":s")
+            style = "-o" if policy.startswith("gpoeo-rt") else ("--" if policy == "oracle" else ":s")
             ax.plot(xs, ys, style, label=policy, markersize=4)
         ax.set_title(set_name, fontsize=10)
         ax.set_xlabel("mean slowdown (%)")

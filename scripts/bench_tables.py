@@ -1,0 +1,49 @@
+"""Markdown tables of the bench suite's results (docs/bench.md): one table per set, every policy at every bound.
+
+    python scripts/bench_tables.py [data/bench/results_ood.json]
+
+Reads the suite's full results (`gpoeo-rt bench-suite --json`, the `bench_ood` stage's data/bench/results_ood.json).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("saving_pct", "saving", "{:.2f}%"),
+    ("pct_of_oracle", "% of oracle", "{:.1f}%"),
+    ("mean_slowdown_pct", "mean slowdown", "{:.2f}%"),
+    ("max_slowdown_pct", "worst", "{:.2f}%"),
+    ("violations_pct", "runs over", "{:.1f}%"),
+    ("exploration_pct", "exploration", "{:.2f}%"),
+    ("mean_converge_s", "final config at", "{:.1f} s"),
+    ("mean_probes", "probes", "{:.1f}"),
+)
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[1] if len(argv) > 1 else "data/bench/results_ood.json")
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: {path}: {exc} (run `dvc repro bench_ood` first)", file=sys.stderr)
+        return 2
+    for set_name, per_bound in result["sets"].items():
+        for bound, data in per_bound.items():
+            rows = [r for r in data["summary"] if r["sku"] == "all" and r["policy"] != "default"]
+            jobs = rows[0]["workloads"] if rows else 0
+            dominated = {k: v for k, v in data["dominated"].items() if v}
+            print(f"\n**{set_name}, bound {float(bound):.0%}** ({jobs} jobs; dominated: {dominated or 'none'})\n")
+            print("| " + " | ".join(title for _, title, _ in COLUMNS) + " |")
+            print("|" + "---|" * len(COLUMNS))
+            for r in rows:
+                cells = [fmt.format(r[key]) if r[key] is not None else "-" for key, _, fmt in COLUMNS]
+                print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
