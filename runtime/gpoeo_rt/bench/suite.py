@@ -181,8 +181,10 @@ def plot_frontier(result: dict[str, Any], path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     sets = list(result["sets"])
-    fig, axes = plt.subplots(1, len(sets), figsize=(4.2 * len(sets), 4.0), squeeze=False)
-    for ax, set_name in zip(axes[0], sets, strict=True):
+    ncols = min(2, len(sets))
+    nrows = -(-len(sets) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.6 * nrows + 0.8), squeeze=False)
+    for ax, set_name in zip(axes.flat, sets, strict=False):
         per_bound = result["sets"][set_name]
         for policy in result["policies"]:
             if policy == "default":
@@ -196,11 +198,15 @@ def plot_frontier(result: dict[str, Any], path: str | Path) -> None:
             ax.plot(xs, ys, style, label=policy, markersize=4)
         ax.set_title(set_name, fontsize=10)
         ax.set_xlabel("mean slowdown (%)")
+        ax.set_ylabel("mean energy saving (%)")
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("mean energy saving (%)")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle("Saving vs slowdown at bounds " + ", ".join(f"{b:.0%}" for b in result["bounds"]), fontsize=10)
-    fig.tight_layout()
+    for ax in list(axes.flat)[len(sets) :]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    bounds = ", ".join(f"{b:.0%}" for b in result["bounds"])
+    fig.suptitle(f"Saving vs slowdown, one point per bound ({bounds}); simulated jobs", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
