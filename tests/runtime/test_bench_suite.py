@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gpoeo_rt.bench import synthetic
-from gpoeo_rt.bench.report import dominance
+from gpoeo_rt.bench.report import CLAIM_KEYS, dominance
 from gpoeo_rt.bench.runner import BenchInputError
 from gpoeo_rt.bench.suite import build_sets
 from gpoeo_rt.cli import app
@@ -118,6 +118,9 @@ def test_cli_bench_suite_runs_a_set_at_two_bounds_and_writes_the_headline(
     assert headline["synthetic@5%"]["jobs"] == len(synthetic.FAMILIES)
     assert headline["synthetic@5%"]["oracle"]["pct_of_oracle"] == pytest.approx(100.0, abs=0.5)  # same noise
     assert "gpoeo-rt" in headline["synthetic@10%"] and "dominated_by" in headline["synthetic@10%"]
+    # The runtime's own claim is scored against the truth; baselines make no claim.
+    assert set(CLAIM_KEYS) <= set(headline["synthetic@5%"]["gpoeo-rt"])
+    assert not set(CLAIM_KEYS) & set(headline["synthetic@5%"]["sweep"])
     runs = json.loads(full.read_text())["sets"]["synthetic"]["0.05"]["runs"]
     assert {r["bundle"] for r in runs if r["policy"] == "gpoeo-rt"} == {str(models / "generic")}
     assert png.stat().st_size > 1000

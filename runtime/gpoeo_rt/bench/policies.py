@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpoeo_rt.controller.controller import Controller
+from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.device.base import GPU, ClockTable
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.prediction.predictor import Predictor
@@ -202,6 +203,15 @@ class ControllerPolicy:
         while self._gpu.now_s() < until_s:
             self.controller.step()
         self.controller.stop("end of the job")
+
+    def claimed(self) -> tuple[float | None, float | None]:
+        """What the runtime itself would report for this job (saving, slowdown; fractions): its decisions through
+        the meter behind `gpoeo-rt status`, `report` and the Prometheus gauges."""
+        meter = SavingsMeter()
+        for decision in self.controller.decisions:
+            meter.feed(decision.to_dict())
+        saving, slowdown = meter.saving_pct, meter.slowdown_pct
+        return (None if saving is None else saving / 100.0), (None if slowdown is None else slowdown / 100.0)
 
 
 # --- Zeus-style sweep ------------------------------------------------------------------------------------------

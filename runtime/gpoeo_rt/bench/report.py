@@ -45,6 +45,7 @@ def summarize(results: Iterable[PolicyResult], policies: Sequence[str]) -> list[
                 "mean_converge_s": statistics.mean(converge),
                 "p95_converge_s": float(np.percentile(converge, 95)),
                 "mean_probes": statistics.mean(r.probes for r in rs),
+                **claim_errors(rs),
             }
         )
     return rows
@@ -72,6 +73,25 @@ def dominance(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
             and b["violations"] <= mine["violations"]
         ]
     return out
+
+
+def claim_errors(results: Sequence[PolicyResult]) -> dict[str, float | None]:
+    """How far the runtime's own claims (what `gpoeo-rt status` would say) are from the truth, in points: mean
+    (bias) and worst of claimed minus true, for the saving and the slowdown. None for policies without claims."""
+    pairs = [(r.claimed_saving, r.saving, r.claimed_slowdown, r.slowdown) for r in results]
+    saving = [100 * (c - t) for c, t, _, _ in pairs if c is not None]
+    slowdown = [100 * (c - t) for _, _, c, t in pairs if c is not None]
+    if not saving or not slowdown:
+        return dict.fromkeys(CLAIM_KEYS)
+    return {
+        "claim_saving_bias_pts": statistics.mean(saving),
+        "claim_saving_worst_pts": max(saving, key=abs),
+        "claim_slowdown_bias_pts": statistics.mean(slowdown),
+        "claim_slowdown_worst_pts": max(slowdown, key=abs),
+    }
+
+
+CLAIM_KEYS = ("claim_saving_bias_pts", "claim_saving_worst_pts", "claim_slowdown_bias_pts", "claim_slowdown_worst_pts")
 
 
 def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float, max_slowdown: float) -> dict[str, Any]:

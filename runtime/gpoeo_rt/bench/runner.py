@@ -122,6 +122,9 @@ class PolicyResult:
     exploration_frac: float  # of the default run's energy
     clock_changes: int
     probes: int
+    # What the runtime would report for the job (SavingsMeter over its decisions); None for the baselines.
+    claimed_saving: float | None = None
+    claimed_slowdown: float | None = None
 
 
 # --- models --------------------------------------------------------------------------------------------------
@@ -222,6 +225,7 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
     default = JobTruth(base)
     results = []
     for name in task.policies:
+        claimed: tuple[float | None, float | None] = (None, None)
         if name == "default" or (name == "oracle" and oracle.clocks == reference):
             truth, changes, probes = default, [], 0  # identical to the default run (same seed, same clocks)
         else:
@@ -229,6 +233,8 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
             policy = make_policy(name, gpu, task, oracle, seed)
             policy.run(s.job_s)
             truth, changes, probes = JobTruth(gpu), policy.clock_changes, policy.probes
+            if isinstance(policy, ControllerPolicy):
+                claimed = policy.claimed()
         scored = score_job(truth, default, changes, reference, s.job_s)
         results.append(
             PolicyResult(
@@ -242,6 +248,8 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
                 oracle_slowdown=oracle.slowdown,
                 oracle_clocks=oracle.clocks,
                 probes=probes,
+                claimed_saving=claimed[0],
+                claimed_slowdown=claimed[1],
                 **scored,
             )
         )
