@@ -248,6 +248,13 @@ def start(
     socket_group: Annotated[
         str | None, typer.Option("--socket-group", help="Group allowed to control the daemon (default: root).")
     ] = None,
+    marker_users: Annotated[
+        str | None,
+        typer.Option("--marker-users", help="Users whose step markers count for any GPU (else: jobs on the GPU)."),
+    ] = None,
+    marker_group: Annotated[
+        str | None, typer.Option("--marker-group", help="Group whose step markers count for any GPU.")
+    ] = None,
     prometheus_port: Annotated[
         int | None, typer.Option("--prometheus-port", help="Serve Prometheus metrics on this port (off by default).")
     ] = None,
@@ -277,6 +284,8 @@ def start(
         run_dir=run_dir,
         state_dir=state_dir,
         socket_group=socket_group,
+        marker_users=marker_users,
+        marker_group=marker_group,
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
     )

@@ -55,6 +55,7 @@ class FakeDevice:
     # Optional power signal: (t_s, device) -> W at that time (e.g. a periodic training job whose period and level
     # depend on the clocks); None: the constant power_w.
     waveform: Callable[[float, FakeDevice], float] | None = None
+    pids: list[int] = field(default_factory=list)  # processes with a CUDA context on it (nvml*RunningProcesses)
 
     @property
     def sm_clock_mhz(self) -> int:
@@ -201,6 +202,10 @@ class FakeNVML:
         if not 0 <= index < len(self.devices):
             raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
         return self.devices[index]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in self._dev(handle).pids]
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
         self._enter("nvmlDeviceGetName", handle)

@@ -40,6 +40,8 @@ class DaemonConfig:
     run_dir: str = "/run/gpoeo-rt"  # sockets and per-GPU lock files
     state_dir: str = "/var/lib/gpoeo-rt"  # clock state files (survive the process) and decision logs
     socket_group: str | None = None  # group allowed to control the daemon (default: root only)
+    marker_users: str | None = None  # users (names or uids, "a,b") whose step markers count for any managed GPU
+    marker_group: str | None = None  # group whose step markers count for any managed GPU (besides jobs on it)
     restart_backoff_s: float = 30.0  # after a controller error (clocks reset), wait this long, then start afresh
     max_restarts: int = 5  # consecutive failed restarts of one GPU's controller before giving it up
     prometheus_port: int | None = None  # serve Prometheus metrics on this port (needs prometheus-client)

@@ -12,6 +12,7 @@ import contextlib
 import grp
 import json
 import os
+import pwd
 import socket
 import socketserver
 import struct
@@ -50,7 +51,7 @@ def _supplementary_groups(pid: int) -> set[int]:
     return set()
 
 
-def resolve_group(name: str | None) -> int | None:
+def resolve_group(name: str | None, what: str = "socket_group") -> int | None:
     """A group name or numeric gid -> gid (None: no group)."""
     if name is None:
         return None
@@ -59,7 +60,24 @@ def resolve_group(name: str | None) -> int | None:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise ValueError(f"socket_group {name!r}: no such group on this host") from None
+        raise ValueError(f"{what} {name!r}: no such group on this host") from None
+
+
+def resolve_users(text: str | None) -> set[int]:
+    """'alice,1001' -> their uids (marker_users)."""
+    uids: set[int] = set()
+    for name in (text or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        if name.isdigit():
+            uids.add(int(name))
+            continue
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            raise ValueError(f"marker_users: {name!r}: no such user on this host") from None
+    return uids
 
 
 def may_control(pid: int, uid: int, gid: int, *, owner_uid: int, control_gid: int | None) -> bool:

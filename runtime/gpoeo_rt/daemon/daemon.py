@@ -31,8 +31,9 @@ from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy, State
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.daemon.config import DaemonConfig
-from gpoeo_rt.daemon.control import ControlServer
-from gpoeo_rt.daemon.markers import MarkerBoard, MarkerServer
+from gpoeo_rt.daemon.control import ControlServer, resolve_group, resolve_users
+from gpoeo_rt.daemon.marker_check import CheckedSampler
+from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
 from gpoeo_rt.daemon.safety import ClockStateStore, GPULock, ManagedGPU
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
@@ -68,6 +69,7 @@ class Worker:
     advise: bool
     log_path: Path
     markers: MarkerSource | None = None  # where this job's step markers arrive
+    sampler: CheckedSampler | None = None  # the controller's sampler: markers checked against the power signal
     timing: str | None = None  # the last measured period's source: "markers" or "signal"
     meter: SavingsMeter = field(default_factory=SavingsMeter)
     controller: Controller | None = None
@@ -219,8 +221,13 @@ class Daemon:
                     gpu.close()
             raise
         clock = self._sim_clock.now_s if self._sim_clock is not None else time.time  # markers carry time.time()
-        self.marker_board = MarkerBoard([(gpu.index, gpu.uuid) for gpu in opened], clock)
         raw = {gpu.index: gpu for gpu in opened}
+        admission = MarkerAdmission(
+            lambda index: raw[index].running_pids(),
+            allowed_uids=resolve_users(cfg.marker_users),
+            allowed_gid=resolve_group(cfg.marker_group, "marker_group"),
+        )
+        self.marker_board = MarkerBoard([(gpu.index, gpu.uuid) for gpu in opened], clock, admission=admission)
         speed = cfg.sim_speed if cfg.simulate is not None else None
         managed = [ManagedGPU(gpu, self._store, self.stop_event, speed=speed) for gpu in opened]
         groups: list[list[ManagedGPU]] = [managed] if cfg.group is not None else [[m] for m in managed]
@@ -289,13 +296,24 @@ class Daemon:
             consecutive = 0
             while not self.stop_event.is_set():
                 worker.restart_requested.clear()
+                config = self._controller_config(worker.advise)
+                sampler = None
+                if worker.markers is not None:
+                    sampler = CheckedSampler(
+                        worker.device,
+                        worker.markers,
+                        min_intervals=config.min_marker_intervals,
+                        min_coverage=config.marker_coverage,
+                        max_period_s=config.max_period_s,
+                    )
+                    worker.sampler = sampler
                 ctrl = Controller(
                     worker.device,
                     predictor=worker.predictor,
-                    config=self._controller_config(worker.advise),
+                    config=config,
                     log=sink,
                     keep_decisions=200,
-                    markers=worker.markers,
+                    sampler=sampler,
                 )
                 worker.controller = ctrl
                 try:
@@ -453,6 +471,15 @@ class Daemon:
             worker.restart_requested.set()
         return {"ok": True, "message": f"applied {changes}: controllers re-profile and re-search"}
 
+    def _marker_summary(self, worker: Worker) -> dict[str, Any] | None:
+        if self.marker_board is None:
+            return None
+        summary: dict[str, Any] = self.marker_board.summary(worker.indices)
+        sampler = worker.sampler
+        summary["dropped_windows"] = sampler.dropped if sampler else 0
+        summary["last_drop"] = sampler.last_drop if sampler else None
+        return summary
+
     def status(self) -> dict[str, Any]:
         gpus = []
         for w in self.workers:
@@ -467,7 +494,7 @@ class Daemon:
                     # Where the last measured period came from: "markers" (the job's step markers), "signal"
                     # (the power samples), None (nothing measured yet).
                     "timing": w.timing,
-                    "markers": self.marker_board.summary(w.indices) if self.marker_board else None,
+                    "markers": self._marker_summary(w),
                     "state": "failed" if w.failed else (ctrl.state.value if ctrl else "starting"),
                     "bundle": w.bundle,
                     "bundle_reason": w.bundle_reason,

@@ -208,6 +208,9 @@ class ManagedGPU(GPU):
     def poll(self) -> PolledReading:
         return self.inner.poll()
 
+    def running_pids(self) -> frozenset[int] | None:
+        return self.inner.running_pids()
+
     def lock_clocks(self, sm_clock_mhz: int, mem_clock_mhz: int) -> None:
         self._store.record_lock(self.inner, sm_clock_mhz, mem_clock_mhz)
         self.inner.lock_clocks(sm_clock_mhz, mem_clock_mhz)

@@ -1,0 +1,261 @@
+"""Abuse by other local users (issue 18): real processes, real sockets, an unprivileged uid, the simulated GPU.
+
+The suite runs as root in CI; the hostile sender drops to `nobody` in a subprocess. Tests that need that skip when
+not root. Every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import subprocess
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpoeo_rt.controller import Controller, ControllerConfig, State
+from gpoeo_rt.daemon.marker_check import CheckedSampler, marker_disagreement
+from gpoeo_rt.daemon.markers import GPUMarkerSource, MarkerAdmission, MarkerBoard, MarkerServer
+from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
+from gpoeo_rt.sampling.markers import FloatArray, IntArray
+from gpoeo_rt.sampling.sampler import Sampler
+from tests.bundles import write_bundle
+
+NOBODY = 65534
+WORKLOAD = "resnet50"  # compute-bound: a lower SM clock slows it, so a lie about the period shows
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A folder another uid can reach (pytest's tmp_path is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="gpoeo-abuse-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _as_nobody() -> dict[str, object]:
+    return {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+
+
+def _unprivileged_python() -> str:
+    """A stdlib Python `nobody` may run (the test's own interpreter may live under /root)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        probe = subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False, **_as_nobody())  # type: ignore[call-overload]
+        if probe.returncode == 0:
+            return candidate
+    pytest.skip("no Python interpreter that nobody may run")
+
+
+# --- markers: admission with real processes on a real socket ---------------------------------------------------
+
+_SENDER = textwrap.dedent(
+    """
+    import socket, sys, time
+    path, count, interval = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+    sys.stdin.readline()  # wait until the test knows our pid
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    t0 = time.time() - count * interval
+    for k in range(1, count + 1):
+        s.sendto(f"gpoeo-mark1 {k} {t0 + k * interval:.6f} 0".encode(), path)
+    print(k, flush=True)
+    """
+)
+
+
+@root_only
+def test_markers_from_a_process_not_on_the_gpu_are_refused(shared_dir: Path) -> None:
+    """A job on the GPU (in its process list) is heard; `nobody` spoofing from elsewhere is not, whatever it sends."""
+    on_gpu: set[int] = set()
+    admission = MarkerAdmission(lambda index: frozenset(on_gpu), min_refresh_s=0.0, refresh_s=0.0)
+    board = MarkerBoard([(0, "GPU-aaaa")], __import__("time").time, admission=admission)
+    server = MarkerServer(shared_dir, board)
+    server.open()
+    socket_path = str(shared_dir / "markers.sock")
+    procs = []
+    python = _unprivileged_python()
+    try:
+        for _ in range(2):
+            procs.append(
+                subprocess.Popen(
+                    [python, "-c", _SENDER, socket_path, "8", "0.1"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    **_as_nobody(),  # type: ignore[arg-type]
+                )
+            )
+        job, _spoofer = procs
+        on_gpu.add(job.pid)  # what NVML's process list would say: the job has a CUDA context there
+        stored = 0
+        for proc in procs:  # one at a time: the kernel queues only a few datagrams
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().strip() == "8"
+            stored += server.drain()
+            proc.wait(timeout=10)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        server.close()
+    assert stored == 8
+    summary = board.summary([0])
+    assert summary["senders"] == [job.pid]
+    assert board.rejected == {"not_on_gpu": 8}
+    on_gpu.clear()  # the job left the GPU: its markers no longer time anything
+    t, _ = board.markers_between([0], 0.0, math.inf)
+    assert len(t) == 0
+
+
+def test_allowed_uids_and_groups_are_heard_without_being_on_the_gpu() -> None:
+    admission = MarkerAdmission(lambda index: frozenset(), allowed_uids={1234}, allowed_gid=777, min_refresh_s=0.0)
+    assert admission.admits(0, pid=10, uid=0, gid=0)  # root
+    assert admission.admits(0, pid=10, uid=1234, gid=1)
+    assert admission.admits(0, pid=10, uid=4321, gid=777)
+    assert not admission.admits(0, pid=10, uid=4321, gid=1)
+
+
+def test_admission_looks_up_a_stranger_at_most_once_per_interval_and_survives_a_failing_lookup() -> None:
+    calls = []
+    now = [0.0]
+
+    def pids_on(index: int) -> frozenset[int]:
+        calls.append(index)
+        raise RuntimeError("NVML timed out")
+
+    admission = MarkerAdmission(pids_on, min_refresh_s=0.5, refresh_s=5.0, clock=lambda: now[0])
+    for _ in range(1000):  # a flood from a stranger
+        assert not admission.admits(0, pid=99, uid=4321, gid=4321)
+    assert len(calls) == 1 and admission.lookup_errors == 1
+    now[0] = 0.6
+    admission.admits(0, pid=99, uid=4321, gid=4321)
+    assert len(calls) == 2
+
+
+# --- markers: a lying sender cannot move the decisions beyond the bound (simulated time) ----------------------
+
+
+class _Feed(GPUMarkerSource):
+    """The board as the daemon's controller reads it, with two senders feeding it in simulated time: the real job
+    (its true steps, as gpoeo_rt.client sends them) and a spoofer marking a fixed 100 ms whatever the clocks."""
+
+    def __init__(self, board: MarkerBoard, job: SimulatedStepMarkers, spoofer: tuple[int, int], job_pid: int) -> None:
+        super().__init__(board, [0])
+        self.board, self.job, self.spoof_pid, self.spoof_uid = board, job, spoofer[0], spoofer[1]
+        self.job_pid = job_pid
+        self.fed_s = 0.0
+        self.spoof_step = 0
+
+    def _feed(self, start_s: float, end_s: float) -> None:
+        self.fed_s = max(self.fed_s, start_s - 1.0)  # between windows nobody listens (the daemon's board would)
+        t, seq = self.job.markers_between(self.fed_s, end_s)
+        spoof = np.arange(math.floor(self.fed_s / 0.1) + 1, math.floor(end_s / 0.1) + 1) * 0.1
+        events = sorted(
+            [(float(x), "job", int(k)) for x, k in zip(t, seq, strict=True)] + [(float(x), "spoof", 0) for x in spoof]
+        )
+        for when, who, k in events:
+            if who == "job":
+                self.board.offer(f"gpoeo-mark1 {k} {when:.6f} 0".encode(), self.job_pid, 4321, 4321)
+            else:
+                self.spoof_step += 1
+                payload = f"gpoeo-mark1 {self.spoof_step} {when:.6f} 0".encode()
+                self.board.offer(payload, self.spoof_pid, self.spoof_uid, self.spoof_uid)
+        self.fed_s = end_s
+
+    def candidates(self, start_s: float, end_s: float) -> list[tuple[int, FloatArray, IntArray]]:
+        self._feed(start_s, end_s)
+        return super().candidates(start_s, end_s)
+
+    def markers_between(self, start_s: float, end_s: float) -> tuple[FloatArray, IntArray]:
+        self._feed(start_s, end_s)
+        return super().markers_between(start_s, end_s)
+
+
+def _spoofed_run(*, spoofer_admitted: bool, checked: bool, bundles: Path) -> tuple[float, dict[str, int], int]:
+    """True slowdown of the config the controller ends up holding (job 257 ms/step at reference, spoofer 100 ms)."""
+    from gpoeo_rt.prediction.bundle import verify_bundle
+    from gpoeo_rt.prediction.predictor import Predictor
+
+    preset = preset_workload(WORKLOAD)
+    assert isinstance(preset, AnalyticWorkload)
+    gpu = SimulatedGPU(
+        dataclasses.replace(preset, iteration_s=0.257), seed=3, allow_clock_writes=True, config=SimConfig()
+    )
+    job_pid, spoof_pid = 1000, 2000
+    allowed = {job_pid, spoof_pid} if spoofer_admitted else {job_pid}
+    admission = MarkerAdmission(lambda index: frozenset(allowed), clock=gpu.clock.now_s)
+    board = MarkerBoard([(0, gpu.uuid)], gpu.clock.now_s, admission=admission, max_skew_s=60.0)
+    feed = _Feed(board, SimulatedStepMarkers(gpu, seed=3), (spoof_pid, NOBODY), job_pid)
+    config = ControllerConfig(max_slowdown=0.05)
+    sampler: Sampler
+    sampler = CheckedSampler(gpu, feed) if checked else Sampler(gpu, markers=feed)
+    predictor = Predictor(verify_bundle(bundles / "generic"))
+    ctrl = Controller(gpu, predictor=predictor, config=config, sampler=sampler)
+    reference = gpu.truth.operating_point(gpu.now_s()).iteration_s
+    while gpu.now_s() < 200.0 and ctrl.state is not State.STOPPED:
+        ctrl.step()
+    held = gpu.truth.operating_point(gpu.now_s()).iteration_s
+    ctrl.stop("end of test")
+    drops = sampler.dropped if isinstance(sampler, CheckedSampler) else 0
+    return held / reference - 1.0, dict(board.rejected), drops
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bundles")
+    write_bundle(root / "generic", name="generic")
+    return root
+
+
+def test_a_spoofer_moves_no_decision_beyond_the_bound(bundles: Path) -> None:
+    bound_pts = 5.0 + 0.5
+    # Without admission and without the signal check, the 100 ms spoofer times the windows: the check can fail.
+    blind, _, _ = _spoofed_run(spoofer_admitted=True, checked=False, bundles=bundles)
+    assert blind * 100 > bound_pts, f"the unprotected run should break the bound, got {blind:.1%}"
+    # A stranger (not on the GPU): refused at the socket.
+    refused, rejected, _ = _spoofed_run(spoofer_admitted=False, checked=True, bundles=bundles)
+    assert rejected.get("not_on_gpu", 0) > 100
+    assert refused * 100 <= bound_pts
+    # Worst case: the spoofer runs on the same GPU (admitted); the power signal contradicts its period.
+    admitted, _, drops = _spoofed_run(spoofer_admitted=True, checked=True, bundles=bundles)
+    assert drops > 0
+    assert admitted * 100 <= bound_pts
+
+
+def test_marker_check_accepts_multiples_and_refuses_strangers() -> None:
+    gpu = SimulatedGPU(
+        dataclasses.replace(preset_workload("membound"), iteration_s=0.2),  # type: ignore[type-var]
+        seed=1,
+        config=SimConfig(),
+    )
+    window = Sampler(gpu).collect(6.0)
+
+    def marks(period_s: float) -> tuple[FloatArray, IntArray]:
+        t = np.arange(window.start_s + 0.01, window.end_s, period_s)
+        return t, np.arange(1, len(t) + 1, dtype=np.int64)
+
+    assert marker_disagreement(window, *marks(0.2)) is None
+    assert marker_disagreement(window, *marks(0.4)) is None  # a step of two power cycles
+    why = marker_disagreement(window, *marks(0.1 * 2.57))
+    assert why is not None and "no whole multiple" in why
+    assert marker_disagreement(window, *marks(0.03)) is None  # beyond the samples' resolution: not checked
+
+
+def test_nvml_lists_the_processes_on_a_gpu_for_the_admission() -> None:
+    from gpoeo_rt.device.nvml import NVMLGPU
+    from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+
+    fake = FakeNVML([FakeDevice(pids=[4242, 77])])
+    with NVMLGPU(0, nvml=fake, clock=fake) as gpu:
+        assert gpu.running_pids() == frozenset({4242, 77})
