@@ -6,20 +6,28 @@ not root. Every loop is bounded in count and time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import math
 import os
+import resource
 import shutil
+import socket
 import subprocess
+import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gpoeo_rt.controller import Controller, ControllerConfig, State
+from gpoeo_rt.daemon.control import ControlServer
 from gpoeo_rt.daemon.marker_check import CheckedSampler, marker_disagreement
 from gpoeo_rt.daemon.markers import GPUMarkerSource, MarkerAdmission, MarkerBoard, MarkerServer
 from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
@@ -259,3 +267,201 @@ def test_nvml_lists_the_processes_on_a_gpu_for_the_admission() -> None:
     fake = FakeNVML([FakeDevice(pids=[4242, 77])])
     with NVMLGPU(0, nvml=fake, clock=fake) as gpu:
         assert gpu.running_pids() == frozenset({4242, 77})
+
+
+# --- the control channel: bounded whatever a client sends ------------------------------------------------------
+
+
+def _ask(path: Path, payload: bytes, timeout_s: float = 3.0) -> dict[str, Any]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    try:
+        sock.connect(str(path))
+        sock.sendall(payload)
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    assert data.count(b"\n") == 1, data  # one line, always
+    reply: dict[str, Any] = json.loads(data)
+    return reply
+
+
+def test_bad_requests_get_a_one_line_answer_and_the_channel_lives(tmp_path: Path) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handler(request: dict[str, Any]) -> dict[str, Any]:
+        seen.append(request)
+        return {"ok": True}
+
+    server = ControlServer(tmp_path, handler)
+    server.start()
+    status, control = tmp_path / "status.sock", tmp_path / "control.sock"
+    bad = {
+        b"[" * 30_000 + b"]" * 30_000 + b"\n": "longer than",
+        b'{"cmd": "status", "x": ' + b"[" * 1000 + b"]" * 1000 + b"}\n": "nested deeper",
+        b'{"cmd": "set", "max_slowdown": false}\n': "must be a number",
+        b'{"cmd": "set", "max_slowdown": "0.1"}\n': "must be a number",
+        b'{"cmd": "set", "max_slowdown": NaN}\n': "must be a number",
+        b'{"cmd": "set", "objective": 3}\n': "must be a string",
+        b'{"cmd": "status", "verbose": true}\n': "unknown field",
+        b'{"cmd": 5}\n': '"cmd" string',
+        b"null\n": '"cmd" string',
+        b"\xff\xfe\x00garbage\n": "bad request",
+        b'{"cmd": "reboot"}\n': "unknown command",
+    }
+    try:
+        for payload, why in bad.items():
+            reply = _ask(control if b'"set"' in payload else status, payload)
+            assert reply["ok"] is False and why in reply["error"], (payload[:60], reply)
+        assert seen == []  # nothing bad reached the daemon
+        assert _ask(status, b'{"cmd": "status"}\n') == {"ok": True}
+        assert _ask(control, b'{"cmd": "set", "max_slowdown": 0.1}\n') == {"ok": True}
+        assert seen == [{"cmd": "status"}, {"cmd": "set", "max_slowdown": 0.1}]
+    finally:
+        server.close()
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:  # closed with our unread bytes in it
+        return True
+
+
+def test_idle_clients_are_closed_and_a_cap_bounds_them(tmp_path: Path) -> None:
+    server = ControlServer(tmp_path, lambda r: {"ok": True}, max_clients=4, max_clients_per_uid=2, idle_timeout_s=0.3)
+    server.start()
+    path = str(tmp_path / "status.sock")
+    idle = []
+    try:
+        for _ in range(6):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(3.0)
+            sock.connect(path)
+            with contextlib.suppress(BrokenPipeError):  # one over the cap may be closed already
+                sock.sendall(b'{"cmd": ')  # half a request, then nothing
+            idle.append(sock)
+        replies = [json.loads(s.recv(4096)) for s in idle]  # all answered: 4 "busy" at once, 2 time out
+        errors = sorted(r["error"].split(":")[0] for r in replies)
+        assert errors == ["busy"] * 4 + ["timed out waiting for a request line"] * 2
+        assert all(_closed(s) for s in idle)  # and closed by the server
+        assert server.refused == 4 and server.timed_out == 2
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import socket, sys, time
+    path, n = sys.argv[1], int(sys.argv[2])
+    socks, deadline = [], time.monotonic() + 60
+    while len(socks) < n and time.monotonic() < deadline:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except (BlockingIOError, InterruptedError):
+            s.close()
+            time.sleep(0.001)
+            continue
+        socks.append(s)
+    print(len(socks), flush=True)
+    sys.stdin.readline()  # hold them all until told
+    """
+)
+
+
+def _start_cli_daemon(folder: Path, bundles: Path, *extra: str) -> tuple[subprocess.Popen[str], Path]:
+    run = folder / "run"
+    args = ["start", "--simulate", "membound", "--sim-speed", "20", "--sim-seconds", "100000"]
+    args += ["--run-dir", str(run), "--state-dir", str(folder / "state"), "--bundles", str(bundles), *extra]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpoeo_rt", *args],
+        stdout=subprocess.PIPE,
+        stderr=(folder / "daemon.err").open("w"),
+        text=True,
+        env={**os.environ, "PYTHONPATH": "runtime"},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, AssertionError, ValueError):
+            if _ask(run / "status.sock", b'{"cmd": "status"}\n')["ok"]:
+                return proc, run
+        if proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.kill()
+    raise AssertionError(f"the daemon did not come up: {(folder / 'daemon.err').read_text()[-2000:]}")
+
+
+def _stop_cli_daemon(proc: subprocess.Popen[str], run: Path) -> int:
+    with contextlib.suppress(OSError, AssertionError, ValueError):
+        _ask(run / "control.sock", b'{"cmd": "stop"}\n')
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def _vm_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@root_only
+def test_ten_thousand_idle_connections_leave_the_daemon_unaffected(shared_dir: Path, bundles: Path) -> None:
+    """`nobody` opens and holds 10,000 connections to status.sock: the daemon keeps deciding and answering, keeps
+    its memory and open files bounded, and logs no traceback."""
+    python = _unprivileged_python()
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (12_000, max(12_000, limits[1])))  # the holder inherits it
+    proc, run = _start_cli_daemon(shared_dir, bundles)
+    holder = None
+    try:
+        before = _ask(run / "status.sock", b'{"cmd": "status"}\n')["status"]["gpus"][0]["decisions"]
+        holder = subprocess.Popen(
+            [python, "-c", _HOLDER, str(run / "status.sock"), "10000"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            **_as_nobody(),  # type: ignore[arg-type]
+        )
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "10000"
+        answers = []
+        for k in range(40):  # while they are all held: at least 5 answers, until a new decision came
+            t0 = time.monotonic()
+            answers.append(_ask(run / "status.sock", b'{"cmd": "status"}\n')["status"])
+            assert time.monotonic() - t0 < 2.0
+            if k >= 4 and answers[-1]["gpus"][0]["decisions"] > before:
+                break
+            time.sleep(0.2)
+        rss_mb = _vm_rss_mb(proc.pid)
+        open_fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
+        threads = len(os.listdir(f"/proc/{proc.pid}/task"))
+        assert answers[-1]["gpus"][0]["decisions"] > before  # the controller kept going
+        assert answers[-1]["gpus"][0]["error"] is None
+        assert rss_mb < 200.0 and open_fds < 150 and threads < 20, (rss_mb, open_fds, threads)
+        print(f"10,000 held connections: daemon RSS {rss_mb:.0f} MB, {open_fds} open files, {threads} threads")
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        code = _stop_cli_daemon(proc, run)
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+    assert code == 0
+    assert "Traceback" not in (shared_dir / "daemon.err").read_text()
