@@ -180,6 +180,10 @@ ConfigOption = Annotated[
     typer.Option("--config", help="TOML settings file (every flag can be set there, or as GPOEO_RT_<NAME>)."),
 ]
 RunDirOption = Annotated[str | None, typer.Option("--run-dir", help="Folder of the daemon's sockets (run_dir).")]
+LockDirOption = Annotated[
+    str | None,
+    typer.Option("--lock-dir", help="Host-wide per-GPU locks (default /run/gpoeo-rt-locks as root; lock_dir)."),
+]
 
 
 def _config(file: str | None, **overrides: object) -> Any:
@@ -245,6 +249,7 @@ def start(
     state_dir: Annotated[
         str | None, typer.Option("--state-dir", help="Clock state files and decision logs (state_dir).")
     ] = None,
+    lock_dir: LockDirOption = None,
     socket_group: Annotated[
         str | None, typer.Option("--socket-group", help="Group allowed to control the daemon (default: root).")
     ] = None,
@@ -264,7 +269,7 @@ def start(
 ) -> None:
     """Run the daemon in the foreground until SIGTERM/SIGINT or `gpoeo-rt stop`; clocks are always given back."""
     from gpoeo_rt.daemon.daemon import Daemon
-    from gpoeo_rt.daemon.safety import AlreadyRunningError
+    from gpoeo_rt.daemon.safety import AlreadyRunningError, LockDirError
     from gpoeo_rt.device import GPUError
     from gpoeo_rt.prediction.bundle import BundleError
 
@@ -283,6 +288,7 @@ def start(
         bundles=bundles,
         run_dir=run_dir,
         state_dir=state_dir,
+        lock_dir=lock_dir,
         socket_group=socket_group,
         marker_users=marker_users,
         marker_group=marker_group,
@@ -295,7 +301,7 @@ def start(
     except AlreadyRunningError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from exc
-    except (GPUError, BundleError, ValueError, OSError, ImportError) as exc:
+    except (GPUError, BundleError, LockDirError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     _print_summary(daemon.status())
@@ -387,11 +393,12 @@ def reset(
     simulate: Annotated[str | None, typer.Option("--simulate", help="Reset simulated GPUs (see start).")] = None,
     state_dir: Annotated[str | None, typer.Option("--state-dir", help="Clock state files (state_dir).")] = None,
     run_dir: RunDirOption = None,
+    lock_dir: LockDirOption = None,
 ) -> None:
     """Restore the default clocks now, on the given GPUs and on every GPU a clock state file names."""
     from gpoeo_rt.daemon.daemon import reset_gpus
 
-    cfg = _config(config, gpus=gpus, simulate=simulate, state_dir=state_dir, run_dir=run_dir)
+    cfg = _config(config, gpus=gpus, simulate=simulate, state_dir=state_dir, run_dir=run_dir, lock_dir=lock_dir)
     try:
         code = reset_gpus(cfg, say=typer.echo)
     except (ValueError, OSError) as exc:

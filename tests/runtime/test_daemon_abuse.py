@@ -387,7 +387,7 @@ def _start_cli_daemon(folder: Path, bundles: Path, *extra: str) -> tuple[subproc
         stdout=subprocess.PIPE,
         stderr=(folder / "daemon.err").open("w"),
         text=True,
-        env={**os.environ, "PYTHONPATH": "runtime"},
+        env={**os.environ, "PYTHONPATH": "runtime", "GPOEO_RT_SIM_GPUS": "2"},
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -465,3 +465,97 @@ def test_ten_thousand_idle_connections_leave_the_daemon_unaffected(shared_dir: P
         resource.setrlimit(resource.RLIMIT_NOFILE, limits)
     assert code == 0
     assert "Traceback" not in (shared_dir / "daemon.err").read_text()
+
+
+# --- one daemon per GPU on the host, one per run dir -----------------------------------------------------------
+
+
+def test_a_second_daemon_with_other_dirs_is_refused_and_touches_nothing(tmp_path: Path, bundles: Path) -> None:
+    """A live daemon holds GPU 0 (its host-wide lock and its clock state file in its own dirs); a second one with
+    a different run dir and state dir neither resets that GPU nor deletes the state file."""
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.daemon import Daemon
+    from gpoeo_rt.daemon.safety import AlreadyRunningError, ClockStateStore, GPULock
+    from gpoeo_rt.device.nvml import NVMLGPU
+    from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+
+    fake = FakeNVML([FakeDevice(uuid="GPU-live-0000")], root=True)
+    first_state = tmp_path / "first-state"
+    gpu = NVMLGPU(0, nvml=fake, clock=fake, allow_clock_writes=True)  # the live daemon's, left open
+    live = GPULock(DaemonConfig(state_dir=str(first_state)).resolved_lock_dir(), gpu.uuid, 0, run_dir="/a")
+    live.acquire()
+    ClockStateStore(first_state).record_lock(gpu, 1500, 3201)
+    gpu.lock_clocks(1500, 3201)
+    state_file = ClockStateStore(first_state).path_for("GPU-live-0000")
+    calls_before = len(fake.writes())
+    second = DaemonConfig(
+        run_dir=str(tmp_path / "other-run"), state_dir=str(tmp_path / "other-state"), bundles=str(bundles)
+    )
+    daemon = Daemon(
+        second,
+        open_device=lambda i, w: NVMLGPU(i, nvml=fake, clock=fake, allow_clock_writes=w),
+        device_count=lambda: 1,
+        is_root=lambda: True,
+        say=lambda s: None,
+        install_signals=False,
+    )
+    try:
+        with pytest.raises(AlreadyRunningError, match=r"GPU 0 \(GPU-live-0000\) is already managed .*run dir /a"):
+            daemon.run()
+        assert state_file.exists() and len(fake.writes()) == calls_before  # nothing reset, nothing deleted
+        assert fake.devices[0].locked_sm_mhz == (1500, 1500)
+    finally:
+        live.release()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpoeo_rt", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": "runtime", "GPOEO_RT_SIM_GPUS": "2"},
+    )
+
+
+def test_two_cli_daemons_cannot_share_a_gpu_or_a_run_dir(tmp_path: Path, bundles: Path) -> None:
+    """Daemon A manages simulated GPU 0 from run dir A. B on GPU 0 from another run dir: refused (the lock is the
+    GPU's, not the run dir's). C on GPU 1 from A's run dir: refused (A's sockets stay A's). `stop` stops A."""
+    proc, run = _start_cli_daemon(tmp_path, bundles, "--gpus", "0")  # two simulated GPUs (GPOEO_RT_SIM_GPUS)
+    try:
+        common = ["--simulate", "membound", "--state-dir", str(tmp_path / "state")]
+        common += ["--bundles", str(bundles)]
+        other = _cli("start", *common, "--gpus", "0", "--run-dir", str(tmp_path / "run-b"))
+        assert other.returncode == 3, other.stderr
+        assert "already managed by another gpoeo-rt" in other.stderr and f"run dir {run}" in other.stderr
+        same_dir = _cli("start", *common, "--gpus", "1", "--run-dir", str(run))
+        assert same_dir.returncode == 3, same_dir.stderr
+        assert f"run dir {run} is in use by another gpoeo-rt (pid {proc.pid})" in same_dir.stderr
+        for result in (other, same_dir):
+            assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        status = _ask(run / "status.sock", b'{"cmd": "status"}\n')["status"]
+        assert status["pid"] == proc.pid and status["gpus"][0]["gpus"] == [0]
+    finally:
+        code = _stop_cli_daemon(proc, run)
+    assert code == 0
+
+
+@root_only
+def test_a_lock_folder_planted_by_another_user_is_not_trusted(tmp_path: Path) -> None:
+    from gpoeo_rt.daemon.safety import GPULock, LockDirError
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    os.chown(planted, NOBODY, NOBODY)
+    with pytest.raises(LockDirError, match="not a directory owned by uid 0"):
+        GPULock(planted, "GPU-x", 0).acquire()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(LockDirError):
+        GPULock(tmp_path / "link", "GPU-x", 0).acquire()
+    (target / "gpu-GPU-y.lock").symlink_to(tmp_path / "victim")
+    with pytest.raises(OSError):  # O_NOFOLLOW: a symlinked lock file is never followed
+        GPULock(target, "GPU-y", 0).acquire()
+    assert not (tmp_path / "victim").exists()

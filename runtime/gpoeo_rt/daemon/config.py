@@ -39,6 +39,7 @@ class DaemonConfig:
     bundles: str | None = None  # model bundle directory (default: $GPOEO_BUNDLES, the shipped models/)
     run_dir: str = "/run/gpoeo-rt"  # sockets and per-GPU lock files
     state_dir: str = "/var/lib/gpoeo-rt"  # clock state files (survive the process) and decision logs
+    lock_dir: str | None = None  # host-wide per-GPU locks (default: /run/gpoeo-rt-locks as root; see safety.py)
     socket_group: str | None = None  # group allowed to control the daemon (default: root only)
     marker_users: str | None = None  # users (names or uids, "a,b") whose step markers count for any managed GPU
     marker_group: str | None = None  # group whose step markers count for any managed GPU (besides jobs on it)
@@ -69,6 +70,14 @@ class DaemonConfig:
             group = parse_gpu_list(self.group, "group", allow_all=False)
             if group is not None and len(group) < 2:
                 raise ConfigError(f"group {self.group!r}: a lockstep group needs at least two GPUs")
+
+    def resolved_lock_dir(self) -> Path:
+        """Where the per-GPU locks are: lock_dir, else the host-wide default (safety.default_lock_dir)."""
+        from gpoeo_rt.daemon.safety import default_lock_dir
+
+        if self.lock_dir is not None:
+            return Path(self.lock_dir)
+        return default_lock_dir(simulated_state_dir=self.state_dir if self.simulate is not None else None)
 
     def gpu_indices(self, available: int) -> list[int]:
         """The NVML indices to manage (the group's when a group is set)."""

@@ -34,7 +34,7 @@ from gpoeo_rt.daemon.config import DaemonConfig
 from gpoeo_rt.daemon.control import ControlServer, resolve_group, resolve_users
 from gpoeo_rt.daemon.marker_check import CheckedSampler
 from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
-from gpoeo_rt.daemon.safety import ClockStateStore, GPULock, ManagedGPU
+from gpoeo_rt.daemon.safety import ClockStateStore, GPULock, ManagedGPU, RunDirLock
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
 from gpoeo_rt.device.errors import GPUError, GPUNoPermissionError
@@ -114,7 +114,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # set on stop and when a worker ends: the main loop looks again
         self._store = ClockStateStore(config.state_dir)
-        self._locks: list[GPULock] = []
+        self._locks: list[GPULock | RunDirLock] = []
         self.workers: list[Worker] = []
         self._server: ControlServer | None = None
         self._exporter: Any = None
@@ -210,7 +210,7 @@ class Daemon:
             for index in indices:
                 gpu = self._open_device(index, not self.advise)
                 opened.append(gpu)
-                lock = GPULock(cfg.run_dir, gpu.uuid, index)
+                lock = GPULock(cfg.resolved_lock_dir(), gpu.uuid, index, run_dir=cfg.run_dir)
                 lock.acquire()
                 self._locks.append(lock)
             for gpu in opened:
@@ -386,6 +386,9 @@ class Daemon:
                 self._setup()
                 if self._serve:
                     assert self.marker_board is not None
+                    run_lock = RunDirLock(self.config.run_dir)  # after the GPU locks: their refusal says more
+                    run_lock.acquire()
+                    self._locks.append(run_lock)
                     # Markers first: once status answers, every socket is there.
                     self._marker_server = MarkerServer(self.config.run_dir, self.marker_board)
                     self._marker_server.start()
@@ -566,7 +569,7 @@ def reset_gpus(
             status = 1
             continue
         try:
-            holder = GPULock(config.run_dir, gpu.uuid, index)
+            holder = GPULock(config.resolved_lock_dir(), gpu.uuid, index)
             try:
                 holder.acquire()
                 holder.release()
