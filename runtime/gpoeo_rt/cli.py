@@ -394,14 +394,19 @@ def reset(
     state_dir: Annotated[str | None, typer.Option("--state-dir", help="Clock state files (state_dir).")] = None,
     run_dir: RunDirOption = None,
     lock_dir: LockDirOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also reset GPUs a running gpoeo-rt holds (it would re-lock them).")
+    ] = False,
 ) -> None:
-    """Restore the default clocks now, on the given GPUs and on every GPU a clock state file names."""
+    """Restore the default clocks now, on the given GPUs (default all) and on every GPU a clock state file names;
+    each on its own: one that fails is reported and the others are restored."""
     from gpoeo_rt.daemon.daemon import reset_gpus
+    from gpoeo_rt.device import GPUError
 
     cfg = _config(config, gpus=gpus, simulate=simulate, state_dir=state_dir, run_dir=run_dir, lock_dir=lock_dir)
     try:
-        code = reset_gpus(cfg, say=typer.echo)
-    except (ValueError, OSError) as exc:
+        code = reset_gpus(cfg, force=force, say=typer.echo)
+    except (GPUError, ValueError, OSError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     raise typer.Exit(code)

@@ -559,3 +559,93 @@ def test_a_lock_folder_planted_by_another_user_is_not_trusted(tmp_path: Path) ->
     with pytest.raises(OSError):  # O_NOFOLLOW: a symlinked lock file is never followed
         GPULock(target, "GPU-y", 0).acquire()
     assert not (tmp_path / "victim").exists()
+
+
+# --- resets that always work -----------------------------------------------------------------------------------
+
+
+def _fake_host(n: int) -> Any:
+    from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+
+    return FakeNVML([FakeDevice(uuid=f"GPU-fake-{i}") for i in range(n)], root=True)
+
+
+def _lock_and_record(fake: Any, index: int, state_dir: Path) -> None:
+    from gpoeo_rt.daemon.safety import ClockStateStore
+    from gpoeo_rt.device.nvml import NVMLGPU
+
+    gpu = NVMLGPU(index, nvml=fake, clock=fake, allow_clock_writes=True)  # a daemon killed while holding a lock
+    ClockStateStore(state_dir).record_lock(gpu, 1500, 3201)
+    gpu.lock_clocks(1500, 3201)
+
+
+def _reset(fake: Any, state_dir: Path, *, gpus: str = "all", force: bool = False) -> tuple[int, list[str]]:
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.daemon import reset_gpus
+    from gpoeo_rt.device.nvml import NVMLGPU
+
+    lines: list[str] = []
+    code = reset_gpus(
+        DaemonConfig(gpus=gpus, state_dir=str(state_dir)),
+        force=force,
+        open_device=lambda i, w: NVMLGPU(i, nvml=fake, clock=fake, allow_clock_writes=w),
+        device_count=lambda: len(fake.devices),
+        say=lines.append,
+    )
+    return code, lines
+
+
+def test_one_unreadable_state_file_blocks_no_other_reset(tmp_path: Path) -> None:
+    from gpoeo_rt.daemon.safety import ClockStateStore
+
+    fake, state = _fake_host(3), tmp_path / "state"
+    for index in range(3):
+        _lock_and_record(fake, index, state)
+    store = ClockStateStore(state)
+    store.path_for("GPU-fake-1").write_bytes(b"\x00\xffnot json")  # GPU 1's file is garbage
+    (state / "clocks-stray.json").mkdir()  # and something that is not even a file
+    code, lines = _reset(fake, state, gpus="0")  # what the old error message recommended
+    assert code == 1
+    assert [d.locked_sm_mhz for d in fake.devices] == [None, (1500, 1500), None]  # 0 asked, 2 recorded: restored
+    assert any("clocks-GPU-fake-1.json: unreadable clock state file" in line for line in lines)
+    assert any("clocks-stray.json: unreadable" in line for line in lines)
+    code, lines = _reset(fake, state, gpus="1")  # the GPU of the unreadable file, by index
+    assert [d.locked_sm_mhz for d in fake.devices] == [None, None, None]
+    assert any("its unreadable state file" in line and "was removed" in line for line in lines)
+    assert not store.path_for("GPU-fake-1").exists() and not store.path_for("GPU-fake-0").exists()
+    assert all("\n" not in line for line in lines)
+
+
+def test_reset_leaves_a_gpu_a_live_daemon_holds_unless_forced(tmp_path: Path) -> None:
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.safety import GPULock
+
+    fake, state = _fake_host(1), tmp_path / "state"
+    _lock_and_record(fake, 0, state)
+    live = GPULock(DaemonConfig().resolved_lock_dir(), "GPU-fake-0", 0, run_dir="/run/x")
+    live.acquire()
+    try:
+        code, lines = _reset(fake, state)
+        assert code == 1 and fake.devices[0].locked_sm_mhz == (1500, 1500)
+        assert "skipped" in lines[0] and "--force" in lines[0]
+        code, lines = _reset(fake, state, force=True)
+        assert code == 0 and fake.devices[0].locked_sm_mhz is None
+    finally:
+        live.release()
+    # No state file at all: --gpus N still restores the defaults.
+    fake.devices[0].locked_sm_mhz = (1500, 1500)
+    assert _reset(fake, tmp_path / "empty", gpus="0")[0] == 0 and fake.devices[0].locked_sm_mhz is None
+
+
+def test_reset_without_nvml_says_so_in_one_line_per_problem(tmp_path: Path) -> None:
+    """No driver here (or, on a GPU host, clock writes forbidden by the test session): one line each, no traceback."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "clocks-GPU-gone.json").write_text(
+        json.dumps({"uuid": "GPU-gone", "index": 0, "name": "x", "pid": 1, "locked": [1500, 3201], "since_unix_s": 0})
+    )
+    result = _cli("reset", "--state-dir", str(state), "--lock-dir", str(tmp_path / "locks"))
+    assert result.returncode == 1
+    out = result.stdout + result.stderr
+    assert "Traceback" not in out and out.strip()
+    assert all(line.startswith(("gpoeo-rt: ", "error: ")) for line in out.strip().splitlines()), out

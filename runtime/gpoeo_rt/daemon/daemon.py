@@ -34,7 +34,14 @@ from gpoeo_rt.daemon.config import DaemonConfig
 from gpoeo_rt.daemon.control import ControlServer, resolve_group, resolve_users
 from gpoeo_rt.daemon.marker_check import CheckedSampler
 from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
-from gpoeo_rt.daemon.safety import ClockStateStore, GPULock, ManagedGPU, RunDirLock
+from gpoeo_rt.daemon.safety import (
+    AlreadyRunningError,
+    ClockStateStore,
+    GPULock,
+    LockDirError,
+    ManagedGPU,
+    RunDirLock,
+)
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
 from gpoeo_rt.device.errors import GPUError, GPUNoPermissionError
@@ -163,12 +170,16 @@ class Daemon:
         return NVMLGPU(index, allow_clock_writes=allow_clock_writes)
 
     def _restore_stale(self, gpu: GPU) -> None:
-        """A state file for this GPU means an earlier gpoeo-rt may have left it locked: reset it first."""
+        """A state file for this GPU means an earlier gpoeo-rt may have left it locked: reset it first. An unreadable
+        one is treated the same way (the lock it recorded is unknown; a reset undoes any)."""
         record = self._store.record_for(gpu.uuid)
         if record is None:
             return
-        what = f"GPU {gpu.index} was left locked at SM {record.sm_clock_mhz} / memory {record.mem_clock_mhz} MHz by "
-        what += f"gpoeo-rt pid {record.pid}"
+        if isinstance(record, str):
+            what = f"GPU {gpu.index}'s clock state file {self._store.path_for(gpu.uuid)} is unreadable ({record})"
+        else:
+            what = f"GPU {gpu.index} was left locked at SM {record.sm_clock_mhz} / memory {record.mem_clock_mhz} MHz "
+            what += f"by gpoeo-rt pid {record.pid}"
         if self.advise:
             self._say(f"gpoeo-rt: warning: {what}; advise mode cannot reset it: run `gpoeo-rt reset` as root")
             return
@@ -541,12 +552,17 @@ def _nvml_count() -> int:
 def reset_gpus(
     config: DaemonConfig,
     *,
+    force: bool = False,
     open_device: OpenDevice | None = None,
     device_count: Callable[[], int] | None = None,
     say: Say = print,
 ) -> int:
-    """`gpoeo-rt reset`: restore the default clocks now on the chosen GPUs and on every GPU a state file names.
-    Returns the exit code (1 when a GPU could not be reset)."""
+    """`gpoeo-rt reset`: restore the default clocks now on the chosen GPUs (default all) and on every GPU a state
+    file names. Each GPU and each state file is handled on its own: one that fails is reported in one line and the
+    others are still restored. A GPU a running gpoeo-rt holds is left to it unless `force`. Returns the exit code
+    (1 when anything could not be restored or read)."""
+    from gpoeo_rt.daemon.config import ConfigError, parse_gpu_list
+
     store = ClockStateStore(config.state_dir)
     daemon = Daemon(
         config,
@@ -557,31 +573,48 @@ def reset_gpus(
         install_signals=False,
         serve=False,
     )
-    wanted = set(config.gpu_indices(daemon._device_count()))
-    records = store.records()
-    wanted |= {r.index for r in records}
     status = 0
+    records, unreadable = store.scan()
+    try:
+        wanted = set(config.gpu_indices(daemon._device_count()))
+    except (GPUError, ConfigError) as exc:
+        say(f"gpoeo-rt: cannot list the GPUs: {exc}")
+        status = 1
+        wanted = set(parse_gpu_list(config.gpus, "gpus", allow_all=True) or [])
+    wanted |= {r.index for r in records}
+    handled: set[Path] = set()
     for index in sorted(wanted):
         try:
             gpu = daemon._open_device(index, True)
-        except GPUError as exc:
+        except (GPUError, OSError, ValueError) as exc:
             say(f"gpoeo-rt: GPU {index}: cannot open it to reset the clocks: {exc}")
             status = 1
             continue
+        path = store.path_for(gpu.uuid)
+        handled.add(path)
         try:
             holder = GPULock(config.resolved_lock_dir(), gpu.uuid, index)
             try:
                 holder.acquire()
                 holder.release()
-            except RuntimeError as exc:
-                say(f"gpoeo-rt: warning: {exc}; resetting anyway")
+            except AlreadyRunningError as exc:
+                if not force:
+                    say(f"gpoeo-rt: GPU {index}: skipped: {exc}; or reset it anyway with --force")
+                    status = 1
+                    continue
+                say(f"gpoeo-rt: warning: {exc}; resetting anyway (--force)")
             gpu.reset_clocks()
             store.record_reset(gpu)
-            say(f"gpoeo-rt: GPU {index} ({gpu.name}): default clocks restored")
-        except GPUError as exc:
+            note = f" (its unreadable state file {path} was removed)" if path in unreadable else ""
+            say(f"gpoeo-rt: GPU {index} ({gpu.name}): default clocks restored{note}")
+        except (GPUError, LockDirError, OSError) as exc:
             say(f"gpoeo-rt: GPU {index}: reset failed: {exc}")
             status = 1
         finally:
             with contextlib.suppress(Exception):
                 gpu.close()
+    for path, why in sorted(unreadable.items()):
+        if path not in handled:
+            say(f"gpoeo-rt: {path}: unreadable clock state file ({why}); skipped: reset its GPU with --gpus N")
+            status = 1
     return status

@@ -207,16 +207,18 @@ class ClockStateStore:
         with contextlib.suppress(FileNotFoundError):
             self.path_for(gpu.uuid).unlink()
 
-    def records(self) -> list[ClockRecord]:
-        """Every recorded lock; an unreadable file is an error naming it (it must not be silently ignored)."""
+    def scan(self) -> tuple[list[ClockRecord], dict[Path, str]]:
+        """Every readable record, and every unreadable file with why: each file on its own, so one bad file never
+        hides the others."""
+        records: list[ClockRecord] = []
+        unreadable: dict[Path, str] = {}
         if not self.dir.is_dir():
-            return []
-        out = []
+            return records, unreadable
         for path in sorted(self.dir.glob("clocks-*.json")):
             try:
-                data: dict[str, Any] = json.loads(path.read_text())
+                data: dict[str, Any] = json.loads(path.read_bytes())
                 sm, mem = data["locked"]
-                out.append(
+                records.append(
                     ClockRecord(
                         path,
                         str(data["uuid"]),
@@ -229,14 +231,18 @@ class ClockStateStore:
                     )
                 )
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    f"{path}: unreadable clock state file ({exc}); reset that GPU with `gpoeo-rt reset --gpus N` "
-                    "and delete the file"
-                ) from exc
-        return out
+                unreadable[path] = f"{type(exc).__name__}: {exc}"[:200]
+            except OSError as exc:
+                unreadable[path] = exc.strerror or str(exc)
+        return records, unreadable
 
-    def record_for(self, uuid: str) -> ClockRecord | None:
-        return next((r for r in self.records() if r.uuid == uuid), None)
+    def record_for(self, uuid: str) -> ClockRecord | str | None:
+        """This GPU's record; a string saying why when its file exists but cannot be read; None without a file."""
+        path = self.path_for(uuid)
+        records, unreadable = self.scan()
+        if path in unreadable:
+            return unreadable[path]
+        return next((r for r in records if r.uuid == uuid), None)
 
 
 class ManagedGPU(GPU):
