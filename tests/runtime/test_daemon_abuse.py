@@ -649,3 +649,73 @@ def test_reset_without_nvml_says_so_in_one_line_per_problem(tmp_path: Path) -> N
     out = result.stdout + result.stderr
     assert "Traceback" not in out and out.strip()
     assert all(line.startswith(("gpoeo-rt: ", "error: ")) for line in out.strip().splitlines()), out
+
+
+# --- degraded start-up: a broken bundle refuses only the GPUs that would use it -------------------------------
+
+
+def _corrupt(bundle: Path, how: str) -> None:
+    if how == "garbage onnx, matching sha256":
+        from gpoeo_rt.prediction.bundle import sha256_file
+
+        (bundle / "time.onnx").write_bytes(os.urandom(2000))
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        manifest["sha256"]["time.onnx"] = sha256_file(bundle / "time.onnx")
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+    elif how == "flipped byte":
+        data = bytearray((bundle / "power.onnx").read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        (bundle / "power.onnx").write_bytes(bytes(data))
+    elif how == "manifest not utf-8":
+        (bundle / "manifest.json").write_bytes(b"\xff\xfe{")
+
+
+@pytest.mark.parametrize("how", ["garbage onnx, matching sha256", "flipped byte"])
+def test_a_broken_bundle_refuses_only_its_gpus(tmp_path: Path, how: str) -> None:
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.daemon import Daemon
+    from gpoeo_rt.device.nvml import NVMLGPU
+    from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+
+    root = tmp_path / "bundles"
+    write_bundle(root / "generic", name="generic")
+    write_bundle(root / "tesla-v100", name="tesla-v100", nvml_names=("Tesla V100",))
+    _corrupt(root / "tesla-v100", how)
+    fake = FakeNVML(
+        [FakeDevice(name="Tesla V100-SXM2-16GB", uuid="GPU-v100"), FakeDevice(name="NVIDIA H200", uuid="GPU-h200")],
+        root=True,
+    )
+    cfg = DaemonConfig(run_dir=str(tmp_path / "run"), state_dir=str(tmp_path / "state"), bundles=str(root))
+    lines: list[str] = []
+    daemon = Daemon(
+        cfg,
+        open_device=lambda i, w: NVMLGPU(i, nvml=fake, clock=fake, allow_clock_writes=w),
+        device_count=lambda: 2,
+        is_root=lambda: True,
+        say=lines.append,
+        install_signals=False,
+        serve=False,
+        run_for_s=30.0,
+    )
+    assert daemon.run() == 0  # the H200 ran its course
+    v100, h200 = daemon.status()["gpus"]
+    assert v100["state"] == "refused" and "tesla-v100" in v100["error"] and v100["decisions"] == 0
+    assert h200["state"] != "refused" and h200["bundle"] == "generic" and h200["decisions"] > 0
+    assert not [args for _, args in fake.writes() if args[0].uuid == "GPU-v100"]  # no clock write on the V100
+    assert any("gpu0 (Tesla V100-SXM2-16GB): not started" in line for line in lines)
+
+
+def test_a_broken_bundle_no_gpu_uses_stops_nothing(tmp_path: Path, bundles: Path) -> None:
+    """The issue's case: a corrupt tesla-v100 bundle on a host of other GPUs; and `bundles verify` names it."""
+    root = tmp_path / "bundles"
+    shutil.copytree(bundles, root)
+    write_bundle(root / "tesla-v100", name="tesla-v100", nvml_names=("Tesla V100",))
+    _corrupt(root / "tesla-v100", "garbage onnx, matching sha256")
+    result = _cli(
+        "start", "--simulate", "membound", "--sim-seconds", "60", "--run-dir", str(tmp_path / "run"),
+        "--state-dir", str(tmp_path / "state"), "--bundles", str(root),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    verify = _cli("bundles", "verify", "--bundles", str(root))
+    assert verify.returncode == 1 and "Traceback" not in verify.stdout + verify.stderr
+    assert "tesla-v100/time.onnx: not a loadable ONNX model" in verify.stdout

@@ -86,6 +86,7 @@ class Worker:
     error: str | None = None
     restarts: int = 0
     failed: bool = False
+    refused: str | None = None  # why this GPU was not started (its bundle is unusable): it stays at default clocks
     restart_requested: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -247,7 +248,12 @@ class Daemon:
         for members in groups:
             device: GPU = members[0] if len(members) == 1 else GroupGPU(members)
             label = "gpu" + "-".join(str(m.index) for m in members)
-            predictor, bundle, reason = self._predictor_for(device)
+            refused = None
+            try:
+                predictor, bundle, reason = self._predictor_for(device)
+            except Exception as exc:  # BundleError, or onnxruntime refusing a model: this GPU only
+                predictor, bundle, reason = None, None, f"{exc}"
+                refused = f"not started: its model bundle is unusable: {exc}"
             markers: MarkerSource = self.marker_board.source([m.index for m in members])
             if cfg.simulate is not None and cfg.sim_markers:
                 from gpoeo_rt.device.simulated import SimulatedGPU, SimulatedStepMarkers
@@ -266,6 +272,8 @@ class Daemon:
                     advise=self.advise,
                     log_path=log_dir / f"decisions-{label}.jsonl",
                     markers=markers,
+                    refused=refused,
+                    error=refused,
                 )
             )
 
@@ -417,6 +425,9 @@ class Daemon:
                         f"gpoeo-rt: Prometheus metrics on http://{self.config.prometheus_addr}:{self.prometheus_port}/"
                     )
                 for worker in self.workers:
+                    if worker.refused is not None:
+                        self._say(f"gpoeo-rt: {worker.label} ({worker.device.name}): {worker.refused}")
+                        continue
                     mode = "advise" if worker.advise else "control"
                     self._say(
                         f"gpoeo-rt: {worker.label} ({worker.device.name}): {mode} mode, bundle {worker.bundle} "
@@ -428,7 +439,7 @@ class Daemon:
                     # Wake up regularly so signal handlers run (they run on the main thread, between waits).
                     self._wake.wait(0.2)
                     self._wake.clear()
-                    if all(w.failed for w in self.workers):
+                    if all(w.failed or w.refused is not None for w in self.workers):
                         break
             finally:
                 self.stop_event.set()
@@ -455,7 +466,7 @@ class Daemon:
                 f"gpoeo-rt: GPU {worker.indices}: could not restore the default clocks ({worker.error}); the state "
                 f"file stays in {self.config.state_dir}: run `gpoeo-rt reset` once the GPU is reachable"
             )
-        if unrestored or (self.workers and all(w.failed for w in self.workers)):
+        if unrestored or (self.workers and all(w.failed or w.refused is not None for w in self.workers)):
             return 1
         return 0
 
@@ -509,7 +520,7 @@ class Daemon:
                     # (the power samples), None (nothing measured yet).
                     "timing": w.timing,
                     "markers": self._marker_summary(w),
-                    "state": "failed" if w.failed else (ctrl.state.value if ctrl else "starting"),
+                    "state": _worker_state(w),
                     "bundle": w.bundle,
                     "bundle_reason": w.bundle_reason,
                     "clocks": list(ctrl.clocks) if ctrl else None,
@@ -541,6 +552,14 @@ class Daemon:
             "simulated": self.config.simulate,
             "gpus": gpus,
         }
+
+
+def _worker_state(worker: Worker) -> str:
+    if worker.refused is not None:
+        return "refused"
+    if worker.failed:
+        return "failed"
+    return worker.controller.state.value if worker.controller else "starting"
 
 
 def _nvml_count() -> int:

@@ -50,35 +50,60 @@ def _require(raw: dict[str, Any], key: str, where: Path) -> Any:
 def parse_manifest(bundle_dir: Path) -> Manifest:
     where = bundle_dir / MANIFEST_NAME
     try:
-        raw = json.loads(where.read_text())
+        raw = json.loads(where.read_bytes())
     except FileNotFoundError as exc:
         raise BundleError(f"{where}: no manifest") from exc
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{where}: manifest is not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise BundleError(f"{where}: cannot read the manifest ({exc.strerror})") from None
+    except ValueError as exc:  # not JSON, not UTF-8
+        raise BundleError(f"{where}: manifest is not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise BundleError(f"{where}: manifest must be a JSON object")
     version = _require(raw, "schema_version", where)
     if version != SCHEMA_VERSION:
         raise BundleError(f"{where}: schema_version {version!r} is not the supported {SCHEMA_VERSION}")
-    reference = _require(raw, "reference_clocks", where) or {}
-    return Manifest(
-        path=bundle_dir,
-        name=str(_require(raw, "name", where)),
-        nvml_names=tuple(str(n) for n in _require(raw, "nvml_names", where)),
-        feature_names=tuple(str(n) for n in _require(raw, "feature_names", where)),
-        target_transform=str(_require(raw, "target_transform", where)),
-        reference_sm_clock_mhz=reference.get("sm_clock_mhz"),
-        reference_mem_clock_mhz=reference.get("mem_clock_mhz"),
-        clock_table=tuple((float(sm), float(mem)) for sm, mem in _require(raw, "clock_table", where)),
-        sha256={str(k): str(v) for k, v in _require(raw, "sha256", where).items()},
-        raw=raw,
-    )
+    try:
+        reference = _require(raw, "reference_clocks", where) or {}
+        return Manifest(
+            path=bundle_dir,
+            name=_text(_require(raw, "name", where), "name"),
+            nvml_names=tuple(_text(n, "nvml_names") for n in _list(_require(raw, "nvml_names", where), "nvml_names")),
+            feature_names=tuple(
+                _text(n, "feature_names") for n in _list(_require(raw, "feature_names", where), "feature_names")
+            ),
+            target_transform=_text(_require(raw, "target_transform", where), "target_transform"),
+            reference_sm_clock_mhz=reference.get("sm_clock_mhz"),
+            reference_mem_clock_mhz=reference.get("mem_clock_mhz"),
+            clock_table=tuple(
+                (float(sm), float(mem)) for sm, mem in _list(_require(raw, "clock_table", where), "clock_table")
+            ),
+            sha256={_text(k, "sha256"): _text(v, "sha256") for k, v in _require(raw, "sha256", where).items()},
+            raw=raw,
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"{where}: malformed manifest ({exc})") from None
+
+
+def _text(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{key}: expected text, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
 
 
 def _onnx_input_width(model_path: Path) -> int:
     import onnxruntime as ort  # lazy: keeps `import gpoeo_rt` light
 
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own exception types (InvalidProtobuf, Fail, ...)
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise BundleError(f"{model_path}: not a loadable ONNX model ({detail})") from None
     inputs = session.get_inputs()
     if len(inputs) != 1:
         raise BundleError(f"{model_path}: expected one model input, found {len(inputs)}")
