@@ -186,11 +186,16 @@ LockDirOption = Annotated[
 ]
 
 
-def _config(file: str | None, **overrides: object) -> Any:
+# The settings each non-start command reads from the file and the environment (load_config's `only`).
+CLIENT_SETTINGS = ("run_dir",)
+RESET_SETTINGS = ("gpus", "group", "simulate", "sim_gpus", "state_dir", "run_dir", "lock_dir")
+
+
+def _config(file: str | None, only: tuple[str, ...] | None = None, **overrides: object) -> Any:
     from gpoeo_rt.daemon.config import ConfigError, load_config
 
     try:
-        return load_config(file, overrides=overrides)
+        return load_config(file, overrides=overrides, only=only)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -354,7 +359,7 @@ def status(
     per iteration, saving so far, slowdown."""
     import json
 
-    cfg = _config(config, run_dir=run_dir)
+    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
     reply = _request(cfg.run_dir, {"cmd": "status"})
     if as_json:
         typer.echo(json.dumps(reply["status"], indent=2))
@@ -365,7 +370,7 @@ def status(
 @app.command()
 def stop(config: ConfigOption = None, run_dir: RunDirOption = None) -> None:
     """Ask the running daemon to give the clocks back and exit."""
-    cfg = _config(config, run_dir=run_dir)
+    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
     typer.echo(_request(cfg.run_dir, {"cmd": "stop"})["message"])
 
 
@@ -377,7 +382,7 @@ def set_(
     run_dir: RunDirOption = None,
 ) -> None:
     """Change the running daemon's objective or slowdown bound (root or socket_group only)."""
-    cfg = _config(config, run_dir=run_dir)
+    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
     payload: dict[str, Any] = {"cmd": "set"}
     if objective is not None:
         payload["objective"] = objective
@@ -403,7 +408,15 @@ def reset(
     from gpoeo_rt.daemon.daemon import reset_gpus
     from gpoeo_rt.device import GPUError
 
-    cfg = _config(config, gpus=gpus, simulate=simulate, state_dir=state_dir, run_dir=run_dir, lock_dir=lock_dir)
+    cfg = _config(
+        config,
+        RESET_SETTINGS,
+        gpus=gpus,
+        simulate=simulate,
+        state_dir=state_dir,
+        run_dir=run_dir,
+        lock_dir=lock_dir,
+    )
     try:
         code = reset_gpus(cfg, force=force, say=typer.echo)
     except (GPUError, ValueError, OSError, RuntimeError) as exc:
@@ -590,4 +603,13 @@ def bench(
         )
     except (SweepsFileError, BenchInputError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except UnicodeDecodeError as exc:  # a file that is not a text CSV
+        typer.echo(f"error: --sweeps {sweeps}: not a text CSV file ({exc.reason} at byte {exc.start})", err=True)
+        raise typer.Exit(2) from exc
+    except Exception as exc:
+        if not type(exc).__module__.startswith("pyarrow"):
+            raise
+        detail = str(exc).replace("\n", " ")[:200]  # a file that is not parquet, or a damaged one
+        typer.echo(f"error: --sweeps {sweeps}: not a readable parquet file ({detail})", err=True)
         raise typer.Exit(2) from exc

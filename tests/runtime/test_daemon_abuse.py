@@ -719,3 +719,88 @@ def test_a_broken_bundle_no_gpu_uses_stops_nothing(tmp_path: Path, bundles: Path
     verify = _cli("bundles", "verify", "--bundles", str(root))
     assert verify.returncode == 1 and "Traceback" not in verify.stdout + verify.stderr
     assert "tesla-v100/time.onnx: not a loadable ONNX model" in verify.stdout
+
+
+# --- every bad input: one line naming the key or the file, never a traceback --------------------------------------
+
+_BAD_TOML = {
+    "array": ("max_slowdown = [0.1, 0.2]", "max_slowdown = a list: expected a number"),
+    "table": ("max_slowdown = {a = 1}", "max_slowdown = a dict: expected a number"),
+    "date": ("max_slowdown = 1979-05-27", "max_slowdown = a date: expected a number"),
+    "int for text": ("gpus = 3", "gpus = 3: expected a string"),
+    "text for bool": ('advise = "maybe"', "advise = 'maybe': expected true or false"),
+    "float for int": ("sim_gpus = 1.5", "sim_gpus = 1.5: expected an integer"),
+    "bool for number": ("max_slowdown = true", "max_slowdown = True: expected a number"),
+    "nan": ("max_slowdown = nan", "max_slowdown = nan: expected a finite number"),
+    "out of range": ("max_slowdown = 5", "max_slowdown 5.0: expected a fraction"),
+    "unknown key": ("max_slowdwn = 0.1", "unknown setting 'max_slowdwn'"),
+}
+
+
+def _one_error_line(result: Any) -> str:
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return str(lines[0])
+
+
+@pytest.mark.parametrize("case", list(_BAD_TOML))
+def test_config_errors_are_one_line_naming_key_and_file(tmp_path: Path, case: str) -> None:
+    from typer.testing import CliRunner
+
+    from gpoeo_rt.cli import app
+
+    text, expected = _BAD_TOML[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(f"[gpoeo-rt]\n{text}\n")
+    result = CliRunner().invoke(app, ["start", "--config", str(path), "--simulate", "membound"], env={})
+    assert result.exit_code == 2
+    line = _one_error_line(result)
+    assert str(path) in line and expected in line, line
+
+
+def test_non_utf8_config_and_stray_variables(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpoeo_rt.cli import app
+
+    runner = CliRunner()
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[gpoeo-rt]\nsocket_group = "gr\xfcn"\n'.encode("latin-1"))
+    line = _one_error_line(runner.invoke(app, ["start", "--config", str(path)], env={}))
+    assert str(path) in line and "not UTF-8" in line
+    # A stray or bad GPOEO_RT_* variable, or a setting for `start` alone, never blocks status, stop or reset.
+    env = {"GPOEO_RT_FOO": "1", "GPOEO_RT_MAX_SLOWDOWN": "lots"}
+    good = tmp_path / "good.toml"
+    good.write_text("[gpoeo-rt]\nmax_slowdwn = 0.1\n")
+    status = runner.invoke(app, ["status", "--run-dir", str(tmp_path / "none"), "--config", str(good)], env=env)
+    assert status.exit_code == 1 and "no gpoeo-rt daemon is running here" in _one_error_line(status)
+    reset = runner.invoke(
+        app, ["reset", "--simulate", "membound", "--state-dir", str(tmp_path / "s"), "--config", str(good)], env=env
+    )
+    assert reset.exit_code == 0 and "default clocks restored" in reset.output, reset.output
+    start = runner.invoke(app, ["start", "--simulate", "membound"], env=env)
+    assert start.exit_code == 2 and "GPOEO_RT_FOO: unknown setting" in _one_error_line(start)
+
+
+def test_bad_sweeps_and_impossible_power_are_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpoeo_rt.cli import app
+
+    runner = CliRunner()
+    noise = np.random.default_rng(0).bytes(3000)
+    for suffix in (".csv", ".parquet"):
+        path = tmp_path / f"noise{suffix}"
+        path.write_bytes(noise)
+        result = runner.invoke(app, ["bench", "--sweeps", str(path)])
+        if suffix == ".parquet" and "needs pyarrow" in result.output:
+            continue
+        assert result.exit_code == 2 and str(path) in _one_error_line(result)
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "nvml_buffered.csv").write_text("signal,t_s,value\npower_mw,1.0,300000\npower_mw,1.02,-1e9\n")
+    result = runner.invoke(app, ["trace", "detect", str(trace)])
+    assert result.exit_code == 2
+    line = _one_error_line(result)
+    assert "nvml_buffered.csv, line 3: power -1e+09 mW is not physically possible" in line
