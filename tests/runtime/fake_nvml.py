@@ -6,13 +6,16 @@ exception classes (importing pynvml loads no library; only nvmlInit would, and t
 the fake's own (`now_s`, `sleep`/`advance`): buffered power samples appear every 20 ms, the energy counter
 integrates power, GPM metrics over two samples less than 100 ms apart read 0, as on an H200.
 
-Errors are injected per function (`fail`), e.g. no permission, not supported, or the GPU lost mid-run.
+Errors are injected per function (`fail`), e.g. no permission, not supported, or the GPU lost mid-run; a call can
+also be made to hang (`hang`: it blocks in real time until the test releases it), as NVML does on a GPU with Xid
+errors.
 Locked-clock state is kept so tests can assert the GPU ends at its default clocks.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -113,6 +116,7 @@ class FakeNVML:
         self._t_s = start_s
         self._next_sample_s = start_s
         self._faults: dict[str, _Fault] = {}
+        self._hangs: dict[str, threading.Event] = {}
         self._ok_calls: dict[str, int] = {}
         self.gpm_sample_times: list[float] = []
 
@@ -153,6 +157,11 @@ class FakeNVML:
         self._ok_calls[fn_name] = 0
         self._faults[fn_name] = _Fault(code, after_calls, times)
 
+    def hang(self, fn_name: str) -> threading.Event:
+        """Make every call of fn_name block until the returned event is set (at most 60 s, a safety net)."""
+        release = self._hangs[fn_name] = threading.Event()
+        return release
+
     def names_called(self) -> list[str]:
         return [name for name, _ in self.calls]
 
@@ -163,6 +172,9 @@ class FakeNVML:
 
     def _enter(self, fn_name: str, *args: Any) -> None:
         self.calls.append((fn_name, args))
+        release = self._hangs.get(fn_name)
+        if release is not None:
+            release.wait(60.0)
         fault = self._faults.get(fn_name)
         if fault is not None:
             done = self._ok_calls.get(fn_name, 0)

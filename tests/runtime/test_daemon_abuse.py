@@ -804,3 +804,79 @@ def test_bad_sweeps_and_impossible_power_are_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2
     line = _one_error_line(result)
     assert "nvml_buffered.csv, line 3: power -1e+09 mW is not physically possible" in line
+
+
+# --- a hung GPU stays contained ---------------------------------------------------------------------------------
+
+
+def _paced(fake: Any) -> Any:
+    """Fake time that passes a little real time per sleep, so a daemon on it neither spins nor races ahead."""
+    advance = fake.advance
+    fake.sleep = lambda dt: (time.sleep(0.004), advance(max(dt, 0.0)))
+    fake.advance(1.0)
+    return fake
+
+
+def test_a_hung_gpu_stays_contained_and_is_reset_when_nvml_answers(tmp_path: Path, bundles: Path) -> None:
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.daemon import Daemon
+    from gpoeo_rt.device.nvml import NVMLGPU
+    from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+    from tests.runtime.test_daemon_faults import _training_waveform
+
+    def device(uuid: str) -> FakeDevice:
+        return FakeDevice(uuid=uuid, waveform=_training_waveform, buffer_capacity=200)
+
+    fakes = {0: _paced(FakeNVML([device("GPU-a")], root=True)), 1: _paced(FakeNVML([device("-"), device("GPU-b")]))}
+    fakes[1].root = True
+    cfg = DaemonConfig(
+        run_dir=str(tmp_path / "run"),
+        state_dir=str(tmp_path / "state"),
+        bundles=str(bundles),
+        nvml_timeout_s=0.5,
+        restart_backoff_s=0.5,
+    )
+    daemon = Daemon(
+        cfg,
+        open_device=lambda i, w: NVMLGPU(i, nvml=fakes[i], clock=fakes[i], allow_clock_writes=w),
+        device_count=lambda: 2,
+        is_root=lambda: True,
+        say=lambda s: None,
+        install_signals=False,
+    )
+    result: list[int] = []
+    thread = __import__("threading").Thread(target=lambda: result.append(daemon.run()))
+    thread.start()
+    status_sock = tmp_path / "run" / "status.sock"
+
+    def status() -> list[dict[str, Any]]:
+        t0 = time.monotonic()
+        gpus: list[dict[str, Any]] = _ask(status_sock, b'{"cmd": "status"}\n')["status"]["gpus"]
+        assert time.monotonic() - t0 < 1.0  # the sockets answer whatever a GPU does
+        return gpus
+
+    def wait_for(what: Any, limit_s: float = 30.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while not what():
+            assert time.monotonic() < deadline and thread.is_alive(), "timed out"
+            time.sleep(0.05)
+
+    gpu_a = fakes[0].devices[0]
+    try:
+        wait_for(lambda: status_sock.exists() and gpu_a.locked_sm_mhz is not None)  # GPU 0 tuned and locked
+        release = fakes[0].hang("nvmlDeviceGetSamples")
+        wait_for(lambda: status()[0]["state"] == "stuck")
+        stuck, healthy = status()
+        assert stuck["stuck"]["call"] == "read power samples" and "NVML" in (stuck["error"] or "")
+        before = healthy["decisions"]
+        wait_for(lambda: status()[1]["decisions"] > before + 2)  # the other GPU keeps deciding
+        assert status()[1]["state"] not in ("stuck", "failed")
+        assert gpu_a.locked_sm_mhz is not None  # hung while locked: nothing can reset it yet
+        release.set()  # NVML answers again
+        wait_for(lambda: gpu_a.locked_sm_mhz is None, limit_s=5.0)  # reset at once, not after a backoff
+        wait_for(lambda: status()[0]["state"] != "stuck")
+    finally:
+        fakes[0]._hangs.clear()
+        daemon.request_stop()
+        thread.join(timeout=30)
+    assert result == [0] and gpu_a.locked_sm_mhz is None and fakes[1].devices[1].locked_sm_mhz is None

@@ -42,6 +42,7 @@ from gpoeo_rt.daemon.safety import (
     ManagedGPU,
     RunDirLock,
 )
+from gpoeo_rt.daemon.watchdog import GPUHungError, WatchdogGPU
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
 from gpoeo_rt.device.errors import GPUError, GPUNoPermissionError
@@ -221,6 +222,8 @@ class Daemon:
         try:
             for index in indices:
                 gpu = self._open_device(index, not self.advise)
+                if cfg.simulate is None:  # NVML can hang; the simulator cannot
+                    gpu = WatchdogGPU(gpu, timeout_s=cfg.nvml_timeout_s)
                 opened.append(gpu)
                 lock = GPULock(cfg.resolved_lock_dir(), gpu.uuid, index, run_dir=cfg.run_dir)
                 lock.acquire()
@@ -326,16 +329,16 @@ class Daemon:
                         max_period_s=config.max_period_s,
                     )
                     worker.sampler = sampler
-                ctrl = Controller(
-                    worker.device,
-                    predictor=worker.predictor,
-                    config=config,
-                    log=sink,
-                    keep_decisions=200,
-                    sampler=sampler,
-                )
-                worker.controller = ctrl
                 try:
+                    ctrl = Controller(  # inside the try: building one reads the GPU, which may fail or hang
+                        worker.device,
+                        predictor=worker.predictor,
+                        config=config,
+                        log=sink,
+                        keep_decisions=200,
+                        sampler=sampler,
+                    )
+                    worker.controller = ctrl
                     while ctrl.state is not State.STOPPED and not self.stop_event.is_set():
                         if worker.restart_requested.is_set():
                             ctrl.stop("settings changed: restarting the controller")
@@ -350,6 +353,14 @@ class Daemon:
                     if worker.restart_requested.is_set() and not self.stop_event.is_set():
                         continue
                     return
+                except GPUHungError as exc:
+                    worker.error = str(exc)
+                    self._say(f"gpoeo-rt: GPU {worker.indices}: {exc}; waiting for NVML to answer again")
+                    if not self._wait_responsive(worker):
+                        return
+                    self._retry_reset(worker)  # at once: it may have been left locked
+                    self._say(f"gpoeo-rt: GPU {worker.indices}: NVML answers again; clocks reset, restarting")
+                    continue  # a hang is not the controller's fault: no backoff, not counted towards giving up
                 except GPUNoPermissionError as exc:
                     if not worker.advise:
                         self._say(
@@ -377,6 +388,16 @@ class Daemon:
                 except SleepInterruptedError:
                     return
                 self._retry_reset(worker)
+
+    def _wait_responsive(self, worker: Worker) -> bool:
+        """Wait until every watchdog of this worker's GPUs answers again; False when the daemon stops first."""
+        for gpu in worker.managed:
+            watchdog = gpu.inner
+            if isinstance(watchdog, WatchdogGPU):
+                while not watchdog.responsive.wait(0.1):
+                    if self.stop_event.is_set():
+                        return False
+        return not self.stop_event.is_set()
 
     def request_stop(self) -> None:
         self.stop_event.set()
@@ -538,6 +559,8 @@ class Daemon:
                     "last_reason": w.last_reason,
                     "restarts": w.restarts,
                     "error": w.error,
+                    # An NVML call that has not returned within nvml_timeout_s: {"call": ..., "for_s": ...}
+                    "stuck": next((s for g in w.managed if (s := _stuck(g)) is not None), None),
                     "decision_log": str(w.log_path),
                 }
             gpus.append(entry)
@@ -554,9 +577,15 @@ class Daemon:
         }
 
 
+def _stuck(gpu: ManagedGPU) -> dict[str, Any] | None:
+    return gpu.inner.stuck() if isinstance(gpu.inner, WatchdogGPU) else None
+
+
 def _worker_state(worker: Worker) -> str:
     if worker.refused is not None:
         return "refused"
+    if any(_stuck(g) is not None for g in worker.managed):
+        return "stuck"
     if worker.failed:
         return "failed"
     return worker.controller.state.value if worker.controller else "starting"
