@@ -880,3 +880,37 @@ def test_a_hung_gpu_stays_contained_and_is_reset_when_nvml_answers(tmp_path: Pat
         daemon.request_stop()
         thread.join(timeout=30)
     assert result == [0] and gpu_a.locked_sm_mhz is None and fakes[1].devices[1].locked_sm_mhz is None
+
+
+# --- decision logs: bounded, and a full disk is "not logging", never a stop ----------------------------------------
+
+
+def test_decision_logs_rotate_at_their_cap(tmp_path: Path) -> None:
+    from gpoeo_rt.daemon.decisionlog import DecisionLog
+
+    log = DecisionLog(tmp_path / "decisions-gpu0.jsonl", max_bytes=1000, keep=2)
+    for k in range(200):
+        assert log.write({"k": k, "reason": "x" * 40})
+    log.close()
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["decisions-gpu0.jsonl", "decisions-gpu0.jsonl.1", "decisions-gpu0.jsonl.2"]
+    assert all(p.stat().st_size <= 1000 for p in tmp_path.iterdir())
+    last = [json.loads(line)["k"] for line in (tmp_path / "decisions-gpu0.jsonl").read_text().splitlines()]
+    assert last[-1] == 199 and log.rotations > 10
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_disk_is_not_logging_with_the_clocks_still_managed(tmp_path: Path, bundles: Path) -> None:
+    """The decision log is on a full disk (/dev/full: every write fails with ENOSPC) for the whole run."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "decisions-gpu0.jsonl").symlink_to("/dev/full")
+    result = _cli(
+        "start", "--simulate", "membound", "--sim-seconds", "300", "--run-dir", str(tmp_path / "run"),
+        "--state-dir", str(state), "--bundles", str(bundles),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("not logging decisions (No space left on device)") == 1
+    sim_lock = json.loads((state / "simulated-gpu0.json").read_text())["locked"]
+    assert sim_lock is None and not list(state.glob("clocks-*.json"))  # clocks given back as always

@@ -46,6 +46,8 @@ class DaemonConfig:
     marker_group: str | None = None  # group whose step markers count for any managed GPU (besides jobs on it)
     restart_backoff_s: float = 30.0  # after a controller error (clocks reset), wait this long, then start afresh
     max_restarts: int = 5  # consecutive failed restarts of one GPU's controller before giving it up
+    log_max_mb: float = 16.0  # a decision log is rotated at this size (MiB)
+    log_keep: int = 3  # rotated decision logs kept per GPU (the oldest is deleted)
     nvml_timeout_s: float = 10.0  # an NVML call that takes longer counts as hung (the GPU is reported stuck)
     prometheus_port: int | None = None  # serve Prometheus metrics on this port (needs prometheus-client)
     prometheus_addr: str = "127.0.0.1"  # loopback unless asked otherwise
@@ -67,6 +69,8 @@ class DaemonConfig:
             raise ConfigError(f"sim_speed {self.sim_speed}: must be > 0")
         if self.sim_gpus < 1:
             raise ConfigError(f"sim_gpus {self.sim_gpus}: must be >= 1")
+        if self.log_max_mb <= 0 or self.log_keep < 0:
+            raise ConfigError("log_max_mb must be > 0 and log_keep >= 0")
         if self.nvml_timeout_s <= 0:
             raise ConfigError(f"nvml_timeout_s {self.nvml_timeout_s}: must be > 0")
         if self.restart_backoff_s < 0 or self.max_restarts < 0:

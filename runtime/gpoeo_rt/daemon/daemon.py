@@ -14,7 +14,6 @@ Ways out and what restores the clocks:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import signal
@@ -24,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
 from gpoeo_rt import __version__
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
@@ -32,6 +31,7 @@ from gpoeo_rt.controller.state import Policy, State
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.daemon.config import DaemonConfig
 from gpoeo_rt.daemon.control import ControlServer, resolve_group, resolve_users
+from gpoeo_rt.daemon.decisionlog import DecisionLog
 from gpoeo_rt.daemon.marker_check import CheckedSampler
 from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
 from gpoeo_rt.daemon.safety import (
@@ -78,6 +78,7 @@ class Worker:
     log_path: Path
     markers: MarkerSource | None = None  # where this job's step markers arrive
     sampler: CheckedSampler | None = None  # the controller's sampler: markers checked against the power signal
+    log: DecisionLog | None = None  # the decision log (bounded; a failing disk drops records, never the worker)
     timing: str | None = None  # the last measured period's source: "markers" or "signal"
     meter: SavingsMeter = field(default_factory=SavingsMeter)
     controller: Controller | None = None
@@ -274,6 +275,12 @@ class Daemon:
                     bundle_reason=reason,
                     advise=self.advise,
                     log_path=log_dir / f"decisions-{label}.jsonl",
+                    log=DecisionLog(
+                        log_dir / f"decisions-{label}.jsonl",
+                        max_bytes=int(cfg.log_max_mb * (1 << 20)),
+                        keep=cfg.log_keep,
+                        say=self._say,
+                    ),
                     markers=markers,
                     refused=refused,
                     error=refused,
@@ -282,10 +289,10 @@ class Daemon:
 
     # --- running ------------------------------------------------------------------------------------------------
 
-    def _sink(self, worker: Worker, stream: TextIO) -> Callable[[dict[str, object]], None]:
+    def _sink(self, worker: Worker) -> Callable[[dict[str, object]], None]:
         def write(record: dict[str, object]) -> None:
-            stream.write(json.dumps({"gpus": worker.indices, **record}, allow_nan=False) + "\n")
-            stream.flush()
+            if worker.log is not None:
+                worker.log.write({"gpus": worker.indices, **record})
             with worker.lock:
                 worker.decisions += 1
                 worker.last_reason = str(record.get("reason", ""))
@@ -306,6 +313,10 @@ class Daemon:
     def _run_worker(self, worker: Worker) -> None:
         try:
             self._work(worker)
+        except Exception as exc:  # anything _work did not expect: one line, never a thread traceback
+            worker.failed = True
+            worker.error = f"{type(exc).__name__}: {exc}"
+            self._say(f"gpoeo-rt: GPU {worker.indices}: stopped by an unexpected error: {worker.error}")
         finally:
             self._wake.set()
 
@@ -313,81 +324,87 @@ class Daemon:
         end_s = self._sim_end_s
         if self._run_for_s is not None:
             end_s = worker.device.now_s() + self._run_for_s
-        with worker.log_path.open("a") as stream:
-            sink = self._sink(worker, stream)
-            consecutive = 0
-            while not self.stop_event.is_set():
-                worker.restart_requested.clear()
-                config = self._controller_config(worker.advise)
-                sampler = None
-                if worker.markers is not None:
-                    sampler = CheckedSampler(
-                        worker.device,
-                        worker.markers,
-                        min_intervals=config.min_marker_intervals,
-                        min_coverage=config.marker_coverage,
-                        max_period_s=config.max_period_s,
-                    )
-                    worker.sampler = sampler
-                try:
-                    ctrl = Controller(  # inside the try: building one reads the GPU, which may fail or hang
-                        worker.device,
-                        predictor=worker.predictor,
-                        config=config,
-                        log=sink,
-                        keep_decisions=200,
-                        sampler=sampler,
-                    )
-                    worker.controller = ctrl
-                    while ctrl.state is not State.STOPPED and not self.stop_event.is_set():
-                        if worker.restart_requested.is_set():
-                            ctrl.stop("settings changed: restarting the controller")
-                            break
-                        if end_s is not None and worker.device.now_s() >= end_s:
-                            self.stop_event.set()
-                            break
-                        ctrl.step()
-                        if ctrl.state is State.HOLDING:
-                            consecutive = 0
-                    ctrl.stop("gpoeo-rt is stopping")
-                    if worker.restart_requested.is_set() and not self.stop_event.is_set():
-                        continue
-                    return
-                except GPUHungError as exc:
-                    worker.error = str(exc)
-                    self._say(f"gpoeo-rt: GPU {worker.indices}: {exc}; waiting for NVML to answer again")
-                    if not self._wait_responsive(worker):
-                        return
-                    self._retry_reset(worker)  # at once: it may have been left locked
-                    self._say(f"gpoeo-rt: GPU {worker.indices}: NVML answers again; clocks reset, restarting")
-                    continue  # a hang is not the controller's fault: no backoff, not counted towards giving up
-                except GPUNoPermissionError as exc:
-                    if not worker.advise:
-                        self._say(
-                            f"gpoeo-rt: GPU {worker.indices}: no permission to set clocks ({exc}); continuing in "
-                            "advise mode"
-                        )
-                        worker.advise = True
-                        continue
-                    worker.error = str(exc)
-                except Exception as exc:
-                    worker.error = f"{type(exc).__name__}: {exc}"
-                consecutive += 1
-                worker.restarts += 1
-                self._retry_reset(worker)
-                if consecutive > self.config.max_restarts:
-                    worker.failed = True
-                    self._say(f"gpoeo-rt: GPU {worker.indices}: giving up after {consecutive} errors: {worker.error}")
-                    return
-                self._say(
-                    f"gpoeo-rt: GPU {worker.indices}: controller error ({worker.error}); restarting in "
-                    f"{self.config.restart_backoff_s:g} s"
+        try:
+            self._work_logged(worker, end_s)
+        finally:
+            if worker.log is not None:
+                worker.log.close()
+
+    def _work_logged(self, worker: Worker, end_s: float | None) -> None:
+        sink = self._sink(worker)
+        consecutive = 0
+        while not self.stop_event.is_set():
+            worker.restart_requested.clear()
+            config = self._controller_config(worker.advise)
+            sampler = None
+            if worker.markers is not None:
+                sampler = CheckedSampler(
+                    worker.device,
+                    worker.markers,
+                    min_intervals=config.min_marker_intervals,
+                    min_coverage=config.marker_coverage,
+                    max_period_s=config.max_period_s,
                 )
-                try:
-                    worker.device.clock.sleep(self.config.restart_backoff_s)
-                except SleepInterruptedError:
+                worker.sampler = sampler
+            try:
+                ctrl = Controller(  # inside the try: building one reads the GPU, which may fail or hang
+                    worker.device,
+                    predictor=worker.predictor,
+                    config=config,
+                    log=sink,
+                    keep_decisions=200,
+                    sampler=sampler,
+                )
+                worker.controller = ctrl
+                while ctrl.state is not State.STOPPED and not self.stop_event.is_set():
+                    if worker.restart_requested.is_set():
+                        ctrl.stop("settings changed: restarting the controller")
+                        break
+                    if end_s is not None and worker.device.now_s() >= end_s:
+                        self.stop_event.set()
+                        break
+                    ctrl.step()
+                    if ctrl.state is State.HOLDING:
+                        consecutive = 0
+                ctrl.stop("gpoeo-rt is stopping")
+                if worker.restart_requested.is_set() and not self.stop_event.is_set():
+                    continue
+                return
+            except GPUHungError as exc:
+                worker.error = str(exc)
+                self._say(f"gpoeo-rt: GPU {worker.indices}: {exc}; waiting for NVML to answer again")
+                if not self._wait_responsive(worker):
                     return
-                self._retry_reset(worker)
+                self._retry_reset(worker)  # at once: it may have been left locked
+                self._say(f"gpoeo-rt: GPU {worker.indices}: NVML answers again; clocks reset, restarting")
+                continue  # a hang is not the controller's fault: no backoff, not counted towards giving up
+            except GPUNoPermissionError as exc:
+                if not worker.advise:
+                    self._say(
+                        f"gpoeo-rt: GPU {worker.indices}: no permission to set clocks ({exc}); continuing in "
+                        "advise mode"
+                    )
+                    worker.advise = True
+                    continue
+                worker.error = str(exc)
+            except Exception as exc:
+                worker.error = f"{type(exc).__name__}: {exc}"
+            consecutive += 1
+            worker.restarts += 1
+            self._retry_reset(worker)
+            if consecutive > self.config.max_restarts:
+                worker.failed = True
+                self._say(f"gpoeo-rt: GPU {worker.indices}: giving up after {consecutive} errors: {worker.error}")
+                return
+            self._say(
+                f"gpoeo-rt: GPU {worker.indices}: controller error ({worker.error}); restarting in "
+                f"{self.config.restart_backoff_s:g} s"
+            )
+            try:
+                worker.device.clock.sleep(self.config.restart_backoff_s)
+            except SleepInterruptedError:
+                return
+            self._retry_reset(worker)
 
     def _wait_responsive(self, worker: Worker) -> bool:
         """Wait until every watchdog of this worker's GPUs answers again; False when the daemon stops first."""
@@ -562,6 +579,7 @@ class Daemon:
                     # An NVML call that has not returned within nvml_timeout_s: {"call": ..., "for_s": ...}
                     "stuck": next((s for g in w.managed if (s := _stuck(g)) is not None), None),
                     "decision_log": str(w.log_path),
+                    "logging": w.log.summary() if w.log is not None else None,
                 }
             gpus.append(entry)
         return {
