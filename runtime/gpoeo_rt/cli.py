@@ -475,7 +475,7 @@ def bundles_verify(
         str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
     ] = None,
 ) -> None:
-    """Check every bundle's manifest, sha256 and feature schema; exit 1 if any fails."""
+    """Check every bundle's manifest (and its seal), sha256 and feature schema; exit 1 if any fails."""
     from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
 
     root = _bundle_root(path)
@@ -486,7 +486,7 @@ def bundles_verify(
     failed = 0
     for bundle_dir in dirs:
         try:
-            verify_bundle(bundle_dir)
+            verify_bundle(bundle_dir, sealed=True)
             typer.echo(f"ok      {bundle_dir}")
         except BundleError as exc:
             failed += 1

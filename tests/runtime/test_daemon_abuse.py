@@ -655,12 +655,13 @@ def test_reset_without_nvml_says_so_in_one_line_per_problem(tmp_path: Path) -> N
 
 
 def _corrupt(bundle: Path, how: str) -> None:
-    if how == "garbage onnx, matching sha256":
-        from gpoeo_rt.prediction.bundle import sha256_file
+    if how == "garbage onnx, matching sha256":  # and a valid seal: only loading the model can tell
+        from gpoeo_rt.prediction.bundle import SEAL_KEY, manifest_seal, sha256_file
 
         (bundle / "time.onnx").write_bytes(os.urandom(2000))
         manifest = json.loads((bundle / "manifest.json").read_text())
         manifest["sha256"]["time.onnx"] = sha256_file(bundle / "time.onnx")
+        manifest[SEAL_KEY] = manifest_seal(manifest)
         (bundle / "manifest.json").write_text(json.dumps(manifest))
     elif how == "flipped byte":
         data = bytearray((bundle / "power.onnx").read_bytes())
@@ -914,3 +915,26 @@ def test_a_full_disk_is_not_logging_with_the_clocks_still_managed(tmp_path: Path
     assert result.stderr.count("not logging decisions (No space left on device)") == 1
     sim_lock = json.loads((state / "simulated-gpu0.json").read_text())["locked"]
     assert sim_lock is None and not list(state.glob("clocks-*.json"))  # clocks given back as always
+
+
+def test_a_manifest_edit_outside_the_model_files_is_refused(tmp_path: Path) -> None:
+    from gpoeo_rt.prediction.bundle import SEAL_KEY, BundleError, verify_bundle
+    from gpoeo_rt.prediction.selection import select_bundle
+
+    root = tmp_path / "bundles"
+    write_bundle(root / "generic", name="generic")
+    bundle = write_bundle(root / "sim", name="sim", nvml_names=("Sim GPU",))
+    assert verify_bundle(bundle, sealed=True).name == "sim"
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["nvml_names"] = ["NVIDIA H200"]  # claim another GPU; the model files and their sha256 untouched
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="changed after it was sealed"):
+        verify_bundle(bundle)
+    del manifest[SEAL_KEY]  # and without a seal at all
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="not sealed"):
+        select_bundle(root, "NVIDIA H200")
+    verify = _cli("bundles", "verify", "--bundles", str(root))
+    assert verify.returncode == 1 and "sim/manifest.json: manifest is not sealed" in verify.stdout
+    shipped = _cli("bundles", "verify", "--bundles", "models")
+    assert shipped.returncode == 0, shipped.stdout  # every shipped bundle is sealed

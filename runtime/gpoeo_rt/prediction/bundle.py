@@ -16,6 +16,10 @@ from typing import Any
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
+# The manifest's seal: sha256 over all its other fields (the files' sha256 among them), so any edit of the manifest,
+# not only of the model files, is caught. A seal, not a signature: it catches a changed bundle, not a forger who
+# recomputes it (who could as well replace the whole installed package).
+SEAL_KEY = "manifest_sha256"
 MODEL_FILES: dict[str, str] = {"time": "time.onnx", "power": "power.onnx"}
 
 
@@ -39,6 +43,12 @@ class Manifest:
 
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def manifest_seal(raw: dict[str, Any]) -> str:
+    """sha256 of the manifest's fields other than the seal, in canonical JSON (sorted keys, no spaces)."""
+    body = {k: v for k, v in raw.items() if k != SEAL_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _require(raw: dict[str, Any], key: str, where: Path) -> Any:
@@ -113,9 +123,17 @@ def _onnx_input_width(model_path: Path) -> int:
     return width
 
 
-def verify_bundle(bundle_dir: Path) -> Manifest:
-    """Parse and check a bundle; raise BundleError naming the directory and the first problem found."""
+def verify_bundle(bundle_dir: Path, *, sealed: bool = False) -> Manifest:
+    """Parse and check a bundle; raise BundleError naming the directory and the first problem found. A seal, when
+    present, must match; `sealed` also requires one (what the daemon and `bundles verify` ask of installed bundles;
+    bundles written before seals existed, e.g. older cross-validation folds, load offline without one)."""
     manifest = parse_manifest(bundle_dir)
+    seal = manifest.raw.get(SEAL_KEY)
+    where = bundle_dir / MANIFEST_NAME
+    if seal is None and sealed:
+        raise BundleError(f"{where}: manifest is not sealed (no {SEAL_KEY}); rebuild the bundle (dvc repro bundle)")
+    if seal is not None and seal != manifest_seal(manifest.raw):
+        raise BundleError(f"{where}: manifest was changed after it was sealed ({SEAL_KEY} does not match its fields)")
     if manifest.target_transform not in ("log", "none"):
         raise BundleError(f"{bundle_dir}: unknown target_transform {manifest.target_transform!r}")
     from gpoeo_rt.inputs import UnknownInputError, check_input_names  # lazy: numpy, not needed by `status`

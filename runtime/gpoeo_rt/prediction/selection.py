@@ -50,13 +50,13 @@ def select_bundle(bundle_root: Path, gpu_name: str) -> BundleChoice:
             unreadable.append(str(exc))
             continue
         if _matches(manifest, gpu_name):
-            manifest = verify_bundle(path)
+            manifest = verify_bundle(path, sealed=True)
             return BundleChoice(manifest, f"bundle '{manifest.name}' lists NVML name prefix matching {gpu_name!r}")
     if unreadable:
         raise BundleError(f"no readable bundle matches {gpu_name!r} and one that cannot be read may: {unreadable[0]}")
     generic = bundle_root / GENERIC
     if not (generic / "manifest.json").exists():
         raise BundleError(f"{bundle_root}: no bundle matches {gpu_name!r} and there is no generic bundle")
-    manifest = verify_bundle(generic)
+    manifest = verify_bundle(generic, sealed=True)
     known = ", ".join(p.name for p in candidates) or "none"
     return BundleChoice(manifest, f"no SKU bundle matches {gpu_name!r} (have: {known}); using the generic model")
