@@ -257,7 +257,8 @@ def test_marker_check_accepts_multiples_and_refuses_strangers() -> None:
     assert marker_disagreement(window, *marks(0.4)) is None  # a step of two power cycles
     why = marker_disagreement(window, *marks(0.1 * 2.57))
     assert why is not None and "no whole multiple" in why
-    assert marker_disagreement(window, *marks(0.03)) is None  # beyond the samples' resolution: not checked
+    fast = marker_disagreement(window, *marks(0.03))  # beyond the samples' resolution: checked by its alias
+    assert fast is not None and "leaves no alias" in fast
 
 
 def test_nvml_lists_the_processes_on_a_gpu_for_the_admission() -> None:
@@ -938,3 +939,41 @@ def test_a_manifest_edit_outside_the_model_files_is_refused(tmp_path: Path) -> N
     assert verify.returncode == 1 and "sim/manifest.json: manifest is not sealed" in verify.stdout
     shipped = _cli("bundles", "verify", "--bundles", "models")
     assert shipped.returncode == 0, shipped.stdout  # every shipped bundle is sealed
+
+
+@pytest.mark.parametrize("workload", ["membound_fast", "membound", "resnet50", "gpt", "gpt,membound@300"])
+def test_honest_markers_are_never_dropped(tmp_path: Path, bundles: Path, workload: str) -> None:
+    """The cross-check's false alarms: a job that marks its real steps keeps them in every window."""
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.daemon import Daemon
+
+    cfg = DaemonConfig(
+        simulate=workload,
+        sim_seconds=600.0,
+        sim_markers=True,
+        run_dir=str(tmp_path / "run"),
+        state_dir=str(tmp_path / "state"),
+        bundles=str(bundles),
+    )
+    daemon = Daemon(cfg, say=lambda s: None, install_signals=False, serve=False)
+    assert daemon.run() == 0
+    gpu = daemon.status()["gpus"][0]
+    assert gpu["timing"] == "markers" and gpu["decisions"] > 20
+    assert gpu["markers"]["dropped_windows"] == 0, gpu["markers"]["last_drop"]
+
+
+def test_fast_markers_must_leave_their_alias_in_the_signal() -> None:
+    def window_of(iteration_s: float) -> Any:
+        preset = preset_workload("membound")
+        assert isinstance(preset, AnalyticWorkload)
+        gpu = SimulatedGPU(dataclasses.replace(preset, iteration_s=iteration_s), seed=2, config=SimConfig())
+        markers = SimulatedStepMarkers(gpu, seed=2, min_interval_s=0.0)
+        window = Sampler(gpu, markers=markers).collect(6.0)
+        return window
+
+    fast = window_of(0.012)  # 12 ms steps: the 50 Hz samples show their 60 ms beat
+    assert marker_disagreement(fast, fast.marker_t_s, fast.marker_seq) is None
+    slow = window_of(0.257)
+    t = np.arange(slow.start_s + 0.005, slow.end_s, 0.012)  # a sender claiming 12 ms steps on a 257 ms job
+    why = marker_disagreement(slow, t, np.arange(1, len(t) + 1, dtype=np.int64))
+    assert why is not None and "leaves no alias" in why

@@ -8,10 +8,14 @@ the window then goes to the controller with the next sender that agrees, or with
 power signal, or re-profiles a marker-timed phase). So a marker can move timing only within `tolerance` of what the
 signal confirms.
 
-Not checked (the markers are taken as sent): windows whose signal resolves no period, and marker periods shorter
-than two power-sample intervals (the samples alias there; the energy counter does not resolve single steps). Those
-are the cases where markers are the only timing there is; admission (`markers.MarkerAdmission`) still limits them
-to processes on the GPU and allowed users.
+Marker periods shorter than two power-sample intervals cannot show in the samples as themselves, but a periodic
+job still leaves its alias there (12 ms steps sampled at 50 Hz beat at 60 ms): when the signal resolves a period,
+it must be that alias (of the steps' frequency or one of its first harmonics), or a whole multiple of it.
+
+Not checked (the markers are taken as sent): windows whose signal resolves no period, and a fast job whose alias
+falls near zero frequency (its step frequency a whole multiple of the sampling rate). The energy counter, which
+the issue suggests for these, refreshes at 10 Hz and resolves no single step, so it is not used. In those cases
+only admission (`markers.MarkerAdmission`) limits who is heard.
 """
 
 from __future__ import annotations
@@ -55,11 +59,13 @@ def marker_disagreement(
     if not marked.ok or marked.period_s is None or len(window.t_s) < 10:
         return None  # too few markers: the controller will not time this window by them anyway
     dt = float(np.median(np.diff(window.t_s)))
-    if not math.isfinite(dt) or marked.period_s < 2.0 * dt:
-        return None  # beyond what the samples resolve (see the module docstring)
+    if not math.isfinite(dt) or dt <= 0:
+        return None
     signal = detect_period(window.t_s, window.power_w, max_period_s=max_period_s)
     if not signal.ok or signal.period_s is None:
         return None
+    if marked.period_s < 2.0 * dt:
+        return _alias_disagreement(marked.period_s, signal.period_s, dt, tolerance)
     ratio = marked.period_s / signal.period_s
     big = max(ratio, 1.0 / ratio)
     whole = round(big)
@@ -68,6 +74,26 @@ def marker_disagreement(
     return (
         f"their period {marked.period_s * 1e3:.1f} ms is no whole multiple of the power signal's "
         f"{signal.period_s * 1e3:.1f} ms (nor it of theirs)"
+    )
+
+
+def _alias_disagreement(marker_s: float, signal_s: float, dt_s: float, tolerance: float) -> str | None:
+    """Steps faster than the samples resolve: the signal's period must be an alias of the steps (a harmonic h of
+    their frequency folded by the sampling rate), or a whole multiple of one."""
+    f_steps, f_sampling, f_signal = 1.0 / marker_s, 1.0 / dt_s, 1.0 / signal_s
+    for h in (1, 2, 3):
+        f = h * f_steps
+        alias = abs(f - round(f / f_sampling) * f_sampling)
+        slack = tolerance * alias + 0.005 * f  # the detector's error on the alias, the markers' on the steps
+        if alias <= slack:
+            if h == 1:
+                return None  # the steps alias to near zero frequency: the samples cannot tell (module docstring)
+            continue
+        if any(abs(k * f_signal - alias) <= slack for k in (1, 2)):  # the detector may lock onto twice the period
+            return None
+    return (
+        f"their period {marker_s * 1e3:.1f} ms leaves no alias at the power signal's {signal_s * 1e3:.1f} ms "
+        f"(sampled every {dt_s * 1e3:.0f} ms)"
     )
 
 
