@@ -345,8 +345,13 @@ def _print_summary(status: dict[str, Any]) -> None:
         )
     Console(stderr=False).print(table)
     for g in status["gpus"]:
+        if g.get("stuck"):
+            typer.echo(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s")
         if g.get("error"):
             typer.echo(f"GPU {g['gpus']}: last error: {g['error']}")
+        log = g.get("logging")
+        if log and not log.get("logging"):
+            typer.echo(f"GPU {g['gpus']}: not logging decisions: {log.get('error')} ({log.get('dropped')} dropped)")
 
 
 @app.command()

@@ -977,3 +977,23 @@ def test_fast_markers_must_leave_their_alias_in_the_signal() -> None:
     t = np.arange(slow.start_s + 0.005, slow.end_s, 0.012)  # a sender claiming 12 ms steps on a 257 ms job
     why = marker_disagreement(slow, t, np.arange(1, len(t) + 1, dtype=np.int64))
     assert why is not None and "leaves no alias" in why
+
+
+def test_damaged_decision_logs_are_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpoeo_rt.cli import app
+
+    keys = '"t_s": 1, "state": "profiling", "event": "probe", "sm_clock_mhz": 1, "mem_clock_mhz": 1'
+    cases = {
+        np.random.default_rng(1).bytes(4000): "not UTF-8",
+        b"5\n": "a JSON int",
+        b'{"t_s": 1}\n': "missing state",
+        ("{" + keys.replace('"t_s": 1', '"t_s": "x"') + "}\n").encode(): "wrong type: t_s",
+        ("{" + keys + ', "measured_energy_ratio": [1]}\n').encode(): "wrong type: measured_energy_ratio",
+    }
+    for k, (data, why) in enumerate(cases.items()):
+        log = tmp_path / f"log{k}.jsonl"
+        log.write_bytes(data)
+        result = CliRunner().invoke(app, ["report", str(log)])
+        assert result.exit_code == 2 and why in _one_error_line(result), result.output
