@@ -78,6 +78,7 @@ class Worker:
     log_path: Path
     markers: MarkerSource | None = None  # where this job's step markers arrive
     sampler: CheckedSampler | None = None  # the controller's sampler: markers checked against the power signal
+    distrusted: dict[int, str] = field(default_factory=dict)  # marker senders the power signal contradicted
     log: DecisionLog | None = None  # the decision log (bounded; a failing disk drops records, never the worker)
     timing: str | None = None  # the last measured period's source: "markers" or "signal"
     meter: SavingsMeter = field(default_factory=SavingsMeter)
@@ -541,6 +542,8 @@ class Daemon:
         sampler = worker.sampler
         summary["dropped_windows"] = sampler.dropped if sampler else 0
         summary["last_drop"] = sampler.last_drop if sampler else None
+        summary["ambiguous_windows"] = sampler.ambiguous if sampler else 0
+        summary["distrusted"] = sorted(worker.distrusted)
         return summary
 
     def status(self) -> dict[str, Any]:
