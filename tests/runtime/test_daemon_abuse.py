@@ -997,3 +997,33 @@ def test_damaged_decision_logs_are_one_line(tmp_path: Path) -> None:
         log.write_bytes(data)
         result = CliRunner().invoke(app, ["report", str(log)])
         assert result.exit_code == 2 and why in _one_error_line(result), result.output
+
+
+@pytest.mark.parametrize("hangs", ["nvmlDeviceResetGpuLockedClocks", "nvmlDeviceGetHandleByIndex"])
+def test_reset_of_a_hung_gpu_is_bounded_and_the_others_are_restored(tmp_path: Path, hangs: str) -> None:
+    """`reset` (also the unit's ExecStopPost) with one GPU whose NVML hangs, resetting it or opening it."""
+    from gpoeo_rt.daemon.config import DaemonConfig
+    from gpoeo_rt.daemon.daemon import reset_gpus
+    from gpoeo_rt.device.nvml import NVMLGPU
+    from tests.runtime.fake_nvml import FakeDevice, FakeNVML
+
+    fakes = {i: FakeNVML([FakeDevice(uuid=f"GPU-{i}a"), FakeDevice(uuid=f"GPU-{i}b")], root=True) for i in (0, 1)}
+    state = tmp_path / "state"
+    for index, fake in fakes.items():
+        _lock_and_record(fake, index, state)
+    release = fakes[0].hang(hangs)
+    lines: list[str] = []
+    t0 = time.monotonic()
+    try:
+        code = reset_gpus(
+            DaemonConfig(state_dir=str(state), nvml_timeout_s=0.3),
+            open_device=lambda i, w: NVMLGPU(i, nvml=fakes[i], clock=fakes[i], allow_clock_writes=w),
+            device_count=lambda: 2,
+            say=lines.append,
+        )
+    finally:
+        release.set()
+    assert time.monotonic() - t0 < 5.0  # bounded: not the fake's 60 s
+    assert code == 1 and fakes[1].devices[1].locked_sm_mhz is None  # GPU 1 restored regardless
+    assert any(line.startswith("gpoeo-rt: GPU 0: ") and "did not return within 0.3 s" in line for line in lines)
+    assert any("GPU 1 (NVIDIA H200): default clocks restored" in line for line in lines)

@@ -42,7 +42,7 @@ from gpoeo_rt.daemon.safety import (
     ManagedGPU,
     RunDirLock,
 )
-from gpoeo_rt.daemon.watchdog import GPUHungError, WatchdogGPU
+from gpoeo_rt.daemon.watchdog import GPUHungError, WatchdogGPU, call_bounded
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
 from gpoeo_rt.device.errors import GPUError, GPUNoPermissionError
@@ -191,6 +191,14 @@ class Daemon:
         self._store.record_reset(gpu)
         self._say(f"gpoeo-rt: {what}: restored the default clocks")
 
+    def _open_bounded(self, index: int, allow_clock_writes: bool) -> GPU:
+        """Open a GPU; an NVML one opens within nvml_timeout_s (else GPUHungError) and gets its watchdog."""
+        if self.config.simulate is not None:  # NVML can hang; the simulator cannot
+            return self._open_device(index, allow_clock_writes)
+        timeout_s = self.config.nvml_timeout_s
+        gpu = call_bounded(lambda: self._open_device(index, allow_clock_writes), timeout_s, f"opening GPU {index}")
+        return WatchdogGPU(gpu, timeout_s=timeout_s)
+
     # --- set-up -------------------------------------------------------------------------------------------------
 
     def _predictor_for(self, gpu: GPU) -> tuple[Any, str | None, str]:
@@ -223,9 +231,7 @@ class Daemon:
         opened: list[GPU] = []
         try:
             for index in indices:
-                gpu = self._open_device(index, not self.advise)
-                if cfg.simulate is None:  # NVML can hang; the simulator cannot
-                    gpu = WatchdogGPU(gpu, timeout_s=cfg.nvml_timeout_s)
+                gpu = self._open_bounded(index, not self.advise)
                 opened.append(gpu)
                 lock = GPULock(cfg.resolved_lock_dir(), gpu.uuid, index, run_dir=cfg.run_dir)
                 lock.acquire()
@@ -645,7 +651,8 @@ def reset_gpus(
     status = 0
     records, unreadable = store.scan()
     try:
-        wanted = set(config.gpu_indices(daemon._device_count()))
+        count = call_bounded(daemon._device_count, config.nvml_timeout_s, "counting the GPUs")
+        wanted = set(config.gpu_indices(count))
     except (GPUError, ConfigError) as exc:
         say(f"gpoeo-rt: cannot list the GPUs: {exc}")
         status = 1
@@ -654,7 +661,7 @@ def reset_gpus(
     handled: set[Path] = set()
     for index in sorted(wanted):
         try:
-            gpu = daemon._open_device(index, True)
+            gpu = daemon._open_bounded(index, True)  # each GPU bounded on its own: a hung one stops no other
         except (GPUError, OSError, ValueError) as exc:
             say(f"gpoeo-rt: GPU {index}: cannot open it to reset the clocks: {exc}")
             status = 1

@@ -29,6 +29,24 @@ class GPUHungError(GPUError):
     """An NVML call on this GPU did not return within the watchdog's timeout."""
 
 
+def call_bounded(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    """fn() on a thread of its own, waited for at most timeout_s: for calls made before a GPU has a watchdog
+    (opening it, counting GPUs). On timeout GPUHungError; the thread is left behind (a daemon thread)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=f"gpoeo-rt {what}", daemon=True).start()
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeoutError:
+        raise GPUHungError(f"{what} did not return within {timeout_s:g} s (NVML hangs)") from None
+
+
 class WatchdogGPU(GPU):
     """`inner` with every call bounded by `timeout_s` (see the module docstring). Identity (index, name, uuid) and
     the clock are read once, without NVML."""
