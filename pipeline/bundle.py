@@ -20,7 +20,15 @@ import pandas as pd
 
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.train import GENERIC
-from gpoeo_rt.prediction.bundle import MANIFEST_NAME, MODEL_FILES, SCHEMA_VERSION, sha256_file, verify_bundle
+from gpoeo_rt.prediction.bundle import (
+    MANIFEST_NAME,
+    MODEL_FILES,
+    SCHEMA_VERSION,
+    SEAL_KEY,
+    manifest_seal,
+    sha256_file,
+    verify_bundle,
+)
 
 
 def git_revision() -> str:
@@ -102,8 +110,9 @@ def write_verified_bundle(target: Path, models: dict[str, bytes], manifest: dict
         for model_name, file_name in MODEL_FILES.items():
             (staging / file_name).write_bytes(models[model_name])
             manifest["sha256"][file_name] = sha256_file(staging / file_name)
+        manifest[SEAL_KEY] = manifest_seal(manifest)  # last: it covers every field above
         (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n")
-        verify_bundle(staging)  # the runtime's own acceptance check
+        verify_bundle(staging, sealed=True)  # the runtime's own acceptance check
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)

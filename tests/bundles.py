@@ -9,7 +9,7 @@ import numpy as np
 import xgboost as xgb
 
 from gpoeo_pipeline.export import booster_to_onnx
-from gpoeo_rt.prediction.bundle import sha256_file
+from gpoeo_rt.prediction.bundle import SEAL_KEY, manifest_seal, sha256_file
 
 FEATURES = ("feat_sm_active", "feat_dram_active", "sm_ratio", "mem_ratio")
 
@@ -40,5 +40,12 @@ def write_bundle(
         "clock_table": [[600.0, 877.0], [1500.0, 877.0]] if name != "generic" else [],
         "sha256": {f: sha256_file(directory / f) for f in ("time.onnx", "power.onnx")},
     }
+    manifest[SEAL_KEY] = manifest_seal(manifest)
     (directory / "manifest.json").write_text(json.dumps(manifest))
     return directory
+
+
+def rewrite_manifest(bundle: Path, manifest: dict[str, object]) -> None:
+    """Write an edited manifest back, sealed again (as the pipeline would have written it)."""
+    manifest[SEAL_KEY] = manifest_seal(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))

@@ -1,6 +1,6 @@
 """The `gpoeo-rt` command line: it parses, calls into the layers below and prints; it holds no logic."""
 
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -180,13 +180,22 @@ ConfigOption = Annotated[
     typer.Option("--config", help="TOML settings file (every flag can be set there, or as GPOEO_RT_<NAME>)."),
 ]
 RunDirOption = Annotated[str | None, typer.Option("--run-dir", help="Folder of the daemon's sockets (run_dir).")]
+LockDirOption = Annotated[
+    str | None,
+    typer.Option("--lock-dir", help="Host-wide per-GPU locks (default /run/gpoeo-rt-locks as root; lock_dir)."),
+]
 
 
-def _config(file: str | None, **overrides: object) -> Any:
+# The settings each non-start command reads from the file and the environment (load_config's `only`).
+CLIENT_SETTINGS = ("run_dir",)
+RESET_SETTINGS = ("gpus", "group", "simulate", "sim_gpus", "state_dir", "run_dir", "lock_dir")
+
+
+def _config(file: str | None, only: tuple[str, ...] | None = None, **overrides: object) -> Any:
     from gpoeo_rt.daemon.config import ConfigError, load_config
 
     try:
-        return load_config(file, overrides=overrides)
+        return load_config(file, overrides=overrides, only=only)
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -245,8 +254,16 @@ def start(
     state_dir: Annotated[
         str | None, typer.Option("--state-dir", help="Clock state files and decision logs (state_dir).")
     ] = None,
+    lock_dir: LockDirOption = None,
     socket_group: Annotated[
         str | None, typer.Option("--socket-group", help="Group allowed to control the daemon (default: root).")
+    ] = None,
+    marker_users: Annotated[
+        str | None,
+        typer.Option("--marker-users", help="Users whose step markers count for any GPU (else: jobs on the GPU)."),
+    ] = None,
+    marker_group: Annotated[
+        str | None, typer.Option("--marker-group", help="Group whose step markers count for any GPU.")
     ] = None,
     prometheus_port: Annotated[
         int | None, typer.Option("--prometheus-port", help="Serve Prometheus metrics on this port (off by default).")
@@ -257,7 +274,7 @@ def start(
 ) -> None:
     """Run the daemon in the foreground until SIGTERM/SIGINT or `gpoeo-rt stop`; clocks are always given back."""
     from gpoeo_rt.daemon.daemon import Daemon
-    from gpoeo_rt.daemon.safety import AlreadyRunningError
+    from gpoeo_rt.daemon.safety import AlreadyRunningError, LockDirError
     from gpoeo_rt.device import GPUError
     from gpoeo_rt.prediction.bundle import BundleError
 
@@ -276,7 +293,10 @@ def start(
         bundles=bundles,
         run_dir=run_dir,
         state_dir=state_dir,
+        lock_dir=lock_dir,
         socket_group=socket_group,
+        marker_users=marker_users,
+        marker_group=marker_group,
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
     )
@@ -286,7 +306,7 @@ def start(
     except AlreadyRunningError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from exc
-    except (GPUError, BundleError, ValueError, OSError, ImportError) as exc:
+    except (GPUError, BundleError, LockDirError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     _print_summary(daemon.status())
@@ -325,8 +345,13 @@ def _print_summary(status: dict[str, Any]) -> None:
         )
     Console(stderr=False).print(table)
     for g in status["gpus"]:
+        if g.get("stuck"):
+            typer.echo(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s")
         if g.get("error"):
             typer.echo(f"GPU {g['gpus']}: last error: {g['error']}")
+        log = g.get("logging")
+        if log and not log.get("logging"):
+            typer.echo(f"GPU {g['gpus']}: not logging decisions: {log.get('error')} ({log.get('dropped')} dropped)")
 
 
 @app.command()
@@ -339,7 +364,7 @@ def status(
     per iteration, saving so far, slowdown."""
     import json
 
-    cfg = _config(config, run_dir=run_dir)
+    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
     reply = _request(cfg.run_dir, {"cmd": "status"})
     if as_json:
         typer.echo(json.dumps(reply["status"], indent=2))
@@ -350,7 +375,7 @@ def status(
 @app.command()
 def stop(config: ConfigOption = None, run_dir: RunDirOption = None) -> None:
     """Ask the running daemon to give the clocks back and exit."""
-    cfg = _config(config, run_dir=run_dir)
+    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
     typer.echo(_request(cfg.run_dir, {"cmd": "stop"})["message"])
 
 
@@ -362,7 +387,7 @@ def set_(
     run_dir: RunDirOption = None,
 ) -> None:
     """Change the running daemon's objective or slowdown bound (root or socket_group only)."""
-    cfg = _config(config, run_dir=run_dir)
+    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
     payload: dict[str, Any] = {"cmd": "set"}
     if objective is not None:
         payload["objective"] = objective
@@ -378,14 +403,28 @@ def reset(
     simulate: Annotated[str | None, typer.Option("--simulate", help="Reset simulated GPUs (see start).")] = None,
     state_dir: Annotated[str | None, typer.Option("--state-dir", help="Clock state files (state_dir).")] = None,
     run_dir: RunDirOption = None,
+    lock_dir: LockDirOption = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also reset GPUs a running gpoeo-rt holds (it would re-lock them).")
+    ] = False,
 ) -> None:
-    """Restore the default clocks now, on the given GPUs and on every GPU a clock state file names."""
+    """Restore the default clocks now, on the given GPUs (default all) and on every GPU a clock state file names;
+    each on its own: one that fails is reported and the others are restored."""
     from gpoeo_rt.daemon.daemon import reset_gpus
+    from gpoeo_rt.device import GPUError
 
-    cfg = _config(config, gpus=gpus, simulate=simulate, state_dir=state_dir, run_dir=run_dir)
+    cfg = _config(
+        config,
+        RESET_SETTINGS,
+        gpus=gpus,
+        simulate=simulate,
+        state_dir=state_dir,
+        run_dir=run_dir,
+        lock_dir=lock_dir,
+    )
     try:
-        code = reset_gpus(cfg, say=typer.echo)
-    except (ValueError, OSError) as exc:
+        code = reset_gpus(cfg, force=force, say=typer.echo)
+    except (GPUError, ValueError, OSError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     raise typer.Exit(code)
@@ -441,7 +480,7 @@ def bundles_verify(
         str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
     ] = None,
 ) -> None:
-    """Check every bundle's manifest, sha256 and feature schema; exit 1 if any fails."""
+    """Check every bundle's manifest (and its seal), sha256 and feature schema; exit 1 if any fails."""
     from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
 
     root = _bundle_root(path)
@@ -452,7 +491,7 @@ def bundles_verify(
     failed = 0
     for bundle_dir in dirs:
         try:
-            verify_bundle(bundle_dir)
+            verify_bundle(bundle_dir, sealed=True)
             typer.echo(f"ok      {bundle_dir}")
         except BundleError as exc:
             failed += 1
@@ -500,6 +539,18 @@ def report(
 
 
 # --- bench (replay benchmark; logic in gpoeo_rt.bench) ---
+
+
+def _unreadable_sweeps(sweeps: str, exc: Exception) -> NoReturn:
+    """A --sweeps file that is not a text CSV or a readable parquet file: one line; anything else propagates."""
+    if isinstance(exc, UnicodeDecodeError):
+        typer.echo(f"error: --sweeps {sweeps}: not a text CSV file ({exc.reason} at byte {exc.start})", err=True)
+        raise typer.Exit(2) from exc
+    if type(exc).__module__.startswith("pyarrow"):
+        detail = str(exc).replace("\n", " ")[:200]  # a file that is not parquet, or a damaged one
+        typer.echo(f"error: --sweeps {sweeps}: not a readable parquet file ({detail})", err=True)
+        raise typer.Exit(2) from exc
+    raise exc
 
 
 @app.command("bench")
@@ -579,6 +630,8 @@ def bench(
     except (SweepsFileError, BenchInputError, RuntimeError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except Exception as exc:
+        _unreadable_sweeps(sweeps, exc)
 
 
 @app.command("bench-suite")
@@ -638,3 +691,5 @@ def bench_suite(
     except (SweepsFileError, BenchInputError, RuntimeError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except Exception as exc:
+        _unreadable_sweeps(sweeps, exc)

@@ -107,6 +107,22 @@ def _read_rows(path: Path, required: tuple[str, ...]) -> tuple[list[str], list[l
         raise TraceError(f"{path}: not a text CSV file ({exc.reason})") from exc
 
 
+# What a GPU can draw: a sample outside this is not a measurement (a unit mix-up, a corrupt or forged file), and
+# detecting periods in it would only mislead, so the trace is refused.
+MAX_PLAUSIBLE_POWER_W = 5000.0
+
+
+def _check_power(path: Path, power_w: FloatArray, lines: npt.NDArray[np.int64]) -> None:
+    """Refuse a power value no GPU can draw (NaN cells are only counted, as before)."""
+    bad = np.flatnonzero(np.isfinite(power_w) & ((power_w < 0.0) | (power_w > MAX_PLAUSIBLE_POWER_W)))
+    if len(bad):
+        k = int(bad[0])
+        raise TraceError(
+            f"{path}, line {int(lines[k])}: power {power_w[k] * 1000.0:g} mW is not physically possible (expected "
+            f"0 to {MAX_PLAUSIBLE_POWER_W * 1000:g} mW; {len(bad)} such sample(s))"
+        )
+
+
 def _to_float(cell: str) -> float:
     try:
         return float(cell)
@@ -135,15 +151,18 @@ def read_buffered_power(folder: str | Path) -> PowerSeries | None:
     i_sig, i_t, i_v = header.index("signal"), header.index("t_s"), header.index("value")
     t: list[float] = []
     v: list[float] = []
+    line: list[int] = []
     short = 0
-    for row in rows:
+    for i, row in enumerate(rows):
         if len(row) <= max(i_sig, i_t, i_v):
             short += 1
             continue
         if row[i_sig].strip() == BUFFERED_POWER_SIGNAL:
             t.append(_to_float(row[i_t]))
             v.append(_to_float(row[i_v]) / 1000.0)
+            line.append(i + 2)  # the header is line 1
     ta, va = np.asarray(t, dtype=np.float64), np.asarray(v, dtype=np.float64)
+    _check_power(path, va, np.asarray(line, dtype=np.int64))
     notes: list[str] = []
     if short:
         notes.append(f"{path.name}: skipped {short} short row(s)")
@@ -172,7 +191,9 @@ def read_polled_power(folder: str | Path) -> PowerSeries | None:
         return None
     cols, n_bad = _columns(path, ("t_s", POLLED_POWER_COLUMN))
     notes = [f"{path.name}: {n_bad} unparseable cell(s)"] if n_bad else []
-    return PowerSeries(cols["t_s"], cols[POLLED_POWER_COLUMN] / 1000.0, "polled", tuple(notes))
+    power_w = cols[POLLED_POWER_COLUMN] / 1000.0
+    _check_power(path, power_w, np.arange(2, len(power_w) + 2, dtype=np.int64))
+    return PowerSeries(cols["t_s"], power_w, "polled", tuple(notes))
 
 
 def read_polled_energy(folder: str | Path) -> EnergySeries | None:

@@ -6,13 +6,16 @@ exception classes (importing pynvml loads no library; only nvmlInit would, and t
 the fake's own (`now_s`, `sleep`/`advance`): buffered power samples appear every 20 ms, the energy counter
 integrates power, GPM metrics over two samples less than 100 ms apart read 0, as on an H200.
 
-Errors are injected per function (`fail`), e.g. no permission, not supported, or the GPU lost mid-run.
+Errors are injected per function (`fail`), e.g. no permission, not supported, or the GPU lost mid-run; a call can
+also be made to hang (`hang`: it blocks in real time until the test releases it), as NVML does on a GPU with Xid
+errors.
 Locked-clock state is kept so tests can assert the GPU ends at its default clocks.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -55,6 +58,7 @@ class FakeDevice:
     # Optional power signal: (t_s, device) -> W at that time (e.g. a periodic training job whose period and level
     # depend on the clocks); None: the constant power_w.
     waveform: Callable[[float, FakeDevice], float] | None = None
+    pids: list[int] = field(default_factory=list)  # processes with a CUDA context on it (nvml*RunningProcesses)
 
     @property
     def sm_clock_mhz(self) -> int:
@@ -112,6 +116,7 @@ class FakeNVML:
         self._t_s = start_s
         self._next_sample_s = start_s
         self._faults: dict[str, _Fault] = {}
+        self._hangs: dict[str, threading.Event] = {}
         self._ok_calls: dict[str, int] = {}
         self.gpm_sample_times: list[float] = []
 
@@ -152,6 +157,11 @@ class FakeNVML:
         self._ok_calls[fn_name] = 0
         self._faults[fn_name] = _Fault(code, after_calls, times)
 
+    def hang(self, fn_name: str) -> threading.Event:
+        """Make every call of fn_name block until the returned event is set (at most 60 s, a safety net)."""
+        release = self._hangs[fn_name] = threading.Event()
+        return release
+
     def names_called(self) -> list[str]:
         return [name for name, _ in self.calls]
 
@@ -162,6 +172,9 @@ class FakeNVML:
 
     def _enter(self, fn_name: str, *args: Any) -> None:
         self.calls.append((fn_name, args))
+        release = self._hangs.get(fn_name)
+        if release is not None:
+            release.wait(60.0)
         fault = self._faults.get(fn_name)
         if fault is not None:
             done = self._ok_calls.get(fn_name, 0)
@@ -201,6 +214,10 @@ class FakeNVML:
         if not 0 <= index < len(self.devices):
             raise _real.NVMLError(_real.NVML_ERROR_INVALID_ARGUMENT)
         return self.devices[index]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[SimpleNamespace]:
+        self._enter("nvmlDeviceGetComputeRunningProcesses", handle)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=1 << 30) for pid in self._dev(handle).pids]
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
         self._enter("nvmlDeviceGetName", handle)

@@ -27,7 +27,7 @@ from gpoeo_rt.cli import app
 from gpoeo_rt.device import SweepWorkload
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.search.objectives import Objective
-from tests.bundles import write_bundle
+from tests.bundles import rewrite_manifest, write_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 SM = (600.0, 700.0, 800.0, 900.0, 1000.0, 1100.0, 1200.0, 1300.0, 1400.0, 1500.0)
@@ -83,7 +83,7 @@ def folds_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         bundle = write_bundle(folds / fold, name=f"sim-gpu/{fold}", seed=int(fold[-1]))
         manifest = json.loads((bundle / "manifest.json").read_text())
         manifest["held_out"] = [workload]
-        (bundle / "manifest.json").write_text(json.dumps(manifest))
+        rewrite_manifest(bundle, manifest)
     index = {"key": "workload", "folds": {"memory/kernel/input0": "fold0", "compute/kernel/input0": "fold1"}}
     (folds / "index.json").write_text(json.dumps(index))
     return root

@@ -51,7 +51,7 @@ def test_board_keeps_valid_markers_and_says_why_it_drops_the_others() -> None:
     assert board.offer(_datagram(32, NOW, "7"), pid=42) == "unmapped"
     assert board.rejected == {"malformed": 3, "clock_skew": 1, "out_of_order": 1, "unmapped": 1}
     summary = board.summary([0])
-    assert summary == {"senders": [42], "received": 20, "last_marker_age_s": 0.0}
+    assert summary == {"senders": [42], "received": 20, "rejected": board.rejected, "last_marker_age_s": 0.0}
 
 
 def test_board_maps_indices_and_uuids_and_guesses_only_with_one_gpu() -> None:

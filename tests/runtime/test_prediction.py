@@ -6,7 +6,7 @@ import pytest
 from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
-from tests.bundles import write_bundle
+from tests.bundles import rewrite_manifest, write_bundle
 
 
 def test_one_call_predicts_the_whole_grid_in_the_manifest_order(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_a_bundle_with_an_input_the_runtime_cannot_compute_is_refused_naming_inp
     bundle = write_bundle(tmp_path / "b")
     manifest = json.loads((bundle / "manifest.json").read_text())
     manifest["feature_names"][1] = "bogus_term"
-    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    rewrite_manifest(bundle, manifest)
     with pytest.raises(BundleError, match=r"b/manifest\.json: model input 'bogus_term' is not"):
         verify_bundle(bundle)
     # A manifest that got past verification some other way is refused before any prediction.

@@ -5,9 +5,10 @@ variable `GPOEO_RT_MAX_SLOWDOWN`). Unknown keys and bad values are errors that n
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -39,13 +40,23 @@ class DaemonConfig:
     bundles: str | None = None  # model bundle directory (default: $GPOEO_BUNDLES, the shipped models/)
     run_dir: str = "/run/gpoeo-rt"  # sockets and per-GPU lock files
     state_dir: str = "/var/lib/gpoeo-rt"  # clock state files (survive the process) and decision logs
+    lock_dir: str | None = None  # host-wide per-GPU locks (default: /run/gpoeo-rt-locks as root; see safety.py)
     socket_group: str | None = None  # group allowed to control the daemon (default: root only)
+    marker_users: str | None = None  # users (names or uids, "a,b") whose step markers count for any managed GPU
+    marker_group: str | None = None  # group whose step markers count for any managed GPU (besides jobs on it)
     restart_backoff_s: float = 30.0  # after a controller error (clocks reset), wait this long, then start afresh
     max_restarts: int = 5  # consecutive failed restarts of one GPU's controller before giving it up
+    log_max_mb: float = 16.0  # a decision log is rotated at this size (MiB)
+    log_keep: int = 3  # rotated decision logs kept per GPU (the oldest is deleted)
+    nvml_timeout_s: float = 10.0  # an NVML call that takes longer counts as hung (the GPU is reported stuck)
     prometheus_port: int | None = None  # serve Prometheus metrics on this port (needs prometheus-client)
     prometheus_addr: str = "127.0.0.1"  # loopback unless asked otherwise
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name} {value}: must be a finite number")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"objective {self.objective!r}: expected one of {', '.join(OBJECTIVES)}")
         if self.policy not in POLICIES:
@@ -58,6 +69,10 @@ class DaemonConfig:
             raise ConfigError(f"sim_speed {self.sim_speed}: must be > 0")
         if self.sim_gpus < 1:
             raise ConfigError(f"sim_gpus {self.sim_gpus}: must be >= 1")
+        if self.log_max_mb <= 0 or self.log_keep < 0:
+            raise ConfigError("log_max_mb must be > 0 and log_keep >= 0")
+        if self.nvml_timeout_s <= 0:
+            raise ConfigError(f"nvml_timeout_s {self.nvml_timeout_s}: must be > 0")
         if self.restart_backoff_s < 0 or self.max_restarts < 0:
             raise ConfigError("restart_backoff_s and max_restarts must be >= 0")
         if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
@@ -67,6 +82,14 @@ class DaemonConfig:
             group = parse_gpu_list(self.group, "group", allow_all=False)
             if group is not None and len(group) < 2:
                 raise ConfigError(f"group {self.group!r}: a lockstep group needs at least two GPUs")
+
+    def resolved_lock_dir(self) -> Path:
+        """Where the per-GPU locks are: lock_dir, else the host-wide default (safety.default_lock_dir)."""
+        from gpoeo_rt.daemon.safety import default_lock_dir
+
+        if self.lock_dir is not None:
+            return Path(self.lock_dir)
+        return default_lock_dir(simulated_state_dir=self.state_dir if self.simulate is not None else None)
 
     def gpu_indices(self, available: int) -> list[int]:
         """The NVML indices to manage (the group's when a group is set)."""
@@ -94,32 +117,41 @@ def parse_gpu_list(text: str, what: str, *, allow_all: bool) -> list[int] | None
 _FIELDS = {f.name: f for f in fields(DaemonConfig)}
 
 
-def _convert(name: str, raw: Any, where: str) -> Any:
-    """A value from TOML (typed) or the environment (text) as the field's type."""
+def _convert(name: str, raw: Any, where: str, *, text: bool) -> Any:
+    """A value from TOML (typed: `text` False, the type must be the field's) or the environment (text) as the
+    field's type."""
     kind = str(_FIELDS[name].type)
-    if raw is None:
-        return None
     try:
         if kind.startswith("bool"):
             if isinstance(raw, bool):
                 return raw
-            text = str(raw).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
+            if text and isinstance(raw, str):
+                word = raw.strip().lower()
+                if word in ("1", "true", "yes", "on"):
+                    return True
+                if word in ("0", "false", "no", "off"):
+                    return False
             raise ValueError("expected true or false")
         if kind.startswith("float"):
-            if isinstance(raw, bool):
+            typed = isinstance(raw, int | float) and not isinstance(raw, bool)
+            if not (typed or (text and isinstance(raw, str))):
                 raise ValueError("expected a number")
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError("expected a finite number")
+            return value
         if kind.startswith("int"):
-            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
-                raise ValueError("expected an integer")
-            return int(raw)
-        return str(raw)
+            if isinstance(raw, int) and not isinstance(raw, bool):
+                return raw
+            if text and isinstance(raw, str):
+                return int(raw)
+            raise ValueError("expected an integer")
+        if isinstance(raw, str):
+            return raw
+        raise ValueError("expected a string")
     except ValueError as exc:
-        raise ConfigError(f"{where}: {name} = {raw!r}: {exc}") from None
+        shown = repr(raw) if isinstance(raw, str | int | float | bool) else f"a {type(raw).__name__}"
+        raise ConfigError(f"{where}: {name} = {shown[:80]}: {exc}") from None
 
 
 def load_config(
@@ -127,15 +159,24 @@ def load_config(
     *,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    only: Collection[str] | None = None,
 ) -> DaemonConfig:
-    """Defaults < TOML file < environment < overrides (command-line flags; None values are ignored)."""
+    """Defaults < TOML file < environment < overrides (command-line flags; None values are ignored).
+
+    `only`: the settings this command uses (status, stop, set and reset); the file's and the environment's other
+    keys are then not read at all, so a typo meant for `start`, or a stray GPOEO_RT_* variable, never keeps a
+    status query or a reset from running."""
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}  # setting -> where its value came from, for errors found on the whole config
+    wanted = set(_FIELDS) if only is None else set(only)
     if file is not None:
         path = Path(file)
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_bytes().decode("utf-8"))
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}): a TOML file must be UTF-8") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         section = data.get("gpoeo-rt", data)  # a [gpoeo-rt] table, or keys at the top level
@@ -143,27 +184,37 @@ def load_config(
             raise ConfigError(f"{path}: [gpoeo-rt] must be a table")
         for key, raw in section.items():
             name = key.replace("-", "_")
-            if name not in _FIELDS:
+            if only is None and name not in _FIELDS:
                 raise ConfigError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(_FIELDS))})")
-            values[name] = _convert(name, raw, str(path))
+            if name in wanted:
+                values[name] = _convert(name, raw, str(path), text=False)
+                sources[name] = str(path)
     env = os.environ if environ is None else environ
     for key, raw in env.items():
         if not key.startswith(ENV_PREFIX):
             continue
         name = key[len(ENV_PREFIX) :].lower()
-        if name not in _FIELDS:
+        if only is None and name not in _FIELDS:
             raise ConfigError(f"environment variable {key}: unknown setting (known: {', '.join(sorted(_FIELDS))})")
-        values[name] = _convert(name, raw, f"environment variable {key}")
+        if name in wanted:
+            values[name] = _convert(name, raw, f"environment variable {key}", text=True)
+            sources[name] = f"environment variable {key}"
     for name, raw in (overrides or {}).items():
         if raw is None:
             continue
         if name not in _FIELDS:
             raise ConfigError(f"unknown setting {name!r}")
         values[name] = raw
+        sources[name] = "command line"
     try:
         return DaemonConfig(**values)
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
+    except ConfigError as exc:  # a value of the right type but out of range: say where it came from
+        where = next((sources[n] for n in sorted(sources, key=len, reverse=True) if str(exc).startswith(n)), None)
+        if where is None:
+            raise
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def config_summary(config: DaemonConfig) -> dict[str, Any]:

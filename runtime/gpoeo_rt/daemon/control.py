@@ -4,6 +4,8 @@
 - `<run_dir>/control.sock` (mode 0660, group = the configured socket_group): requests that change the daemon
   (`stop`, `set`). Besides the file mode, every control request is checked against the peer's credentials
   (SO_PEERCRED): root, the daemon's own user, or a member of socket_group. No TCP listener is ever opened here.
+- Anyone may connect to status.sock, so the server is bounded (see ControlServer): one thread, a cap on clients in
+  all and per uid, a size and nesting limit per request, strict field types, and an idle timeout.
 """
 
 from __future__ import annotations
@@ -11,20 +13,33 @@ from __future__ import annotations
 import contextlib
 import grp
 import json
+import logging
+import math
 import os
+import pwd
+import selectors
 import socket
-import socketserver
 import struct
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 STATUS_SOCKET = "status.sock"
 CONTROL_SOCKET = "control.sock"
-MAX_REQUEST_BYTES = 64 * 1024
+MAX_REQUEST_BYTES = 4096  # the longest real request is under 100 bytes
+MAX_DEPTH = 2
 READ_ONLY_COMMANDS = frozenset({"status"})
 CONTROL_COMMANDS = frozenset({"stop", "set"})
+# Every field each command accepts, with its type ("number": int or float, never a bool).
+REQUEST_FIELDS: dict[str, dict[str, str]] = {
+    "status": {},
+    "stop": {},
+    "set": {"objective": "string", "max_slowdown": "number"},
+}
+_log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -50,7 +65,7 @@ def _supplementary_groups(pid: int) -> set[int]:
     return set()
 
 
-def resolve_group(name: str | None) -> int | None:
+def resolve_group(name: str | None, what: str = "socket_group") -> int | None:
     """A group name or numeric gid -> gid (None: no group)."""
     if name is None:
         return None
@@ -59,7 +74,24 @@ def resolve_group(name: str | None) -> int | None:
     try:
         return grp.getgrnam(name).gr_gid
     except KeyError:
-        raise ValueError(f"socket_group {name!r}: no such group on this host") from None
+        raise ValueError(f"{what} {name!r}: no such group on this host") from None
+
+
+def resolve_users(text: str | None) -> set[int]:
+    """'alice,1001' -> their uids (marker_users)."""
+    uids: set[int] = set()
+    for name in (text or "").split(","):
+        name = name.strip()
+        if not name:
+            continue
+        if name.isdigit():
+            uids.add(int(name))
+            continue
+        try:
+            uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            raise ValueError(f"marker_users: {name!r}: no such user on this host") from None
+    return uids
 
 
 def may_control(pid: int, uid: int, gid: int, *, owner_uid: int, control_gid: int | None) -> bool:
@@ -70,66 +102,98 @@ def may_control(pid: int, uid: int, gid: int, *, owner_uid: int, control_gid: in
     return gid == control_gid or control_gid in _supplementary_groups(pid)
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    allow_reuse_address = True
+@dataclass
+class _Client:
+    sock: socket.socket
+    pid: int
+    uid: int
+    gid: int
+    control: bool  # connected to control.sock
+    deadline_s: float
+    buffer: bytearray = field(default_factory=bytearray)
 
-    def __init__(self, path: Path, handler: Handler, *, control: bool, control_gid: int | None) -> None:
-        self.handler = handler
-        self.control = control
-        self.control_gid = control_gid
-        self.owner_uid = os.geteuid()
-        super().__init__(str(path), _RequestHandler)
+
+def nesting_depth(data: bytes) -> int:
+    """How deeply JSON arrays/objects nest in `data` (strings skipped): checked before parsing, so a deep request
+    is refused with a reply instead of exhausting the parser's recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
-class _RequestHandler(socketserver.StreamRequestHandler):
-    timeout = 5.0
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
-    def handle(self) -> None:
-        server = self.server
-        assert isinstance(server, _Server)
-        line = self.rfile.readline(MAX_REQUEST_BYTES + 1)
-        try:
-            if len(line) > MAX_REQUEST_BYTES:
-                raise ValueError("request too long")
-            request = json.loads(line)
-            if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
-                raise ValueError('expected a JSON object with a "cmd" string')
-        except ValueError as exc:
-            self._reply({"ok": False, "error": f"bad request: {exc}"})
-            return
-        cmd = request["cmd"]
-        if cmd in CONTROL_COMMANDS:
-            if not server.control:
-                self._reply({"ok": False, "error": f"{cmd!r} is only accepted on {CONTROL_SOCKET}"})
-                return
-            pid, uid, gid = peer_credentials(self.request)
-            if not may_control(pid, uid, gid, owner_uid=server.owner_uid, control_gid=server.control_gid):
-                self._reply({"ok": False, "error": f"permission denied: uid {uid} may not control gpoeo-rt"})
-                return
-        elif cmd not in READ_ONLY_COMMANDS:
-            self._reply({"ok": False, "error": f"unknown command {cmd!r}"})
-            return
-        try:
-            reply = server.handler(request)
-        except Exception as exc:  # a handler bug must not kill the channel
-            reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-        self._reply(reply)
 
-    def _reply(self, payload: dict[str, Any]) -> None:
-        with contextlib.suppress(OSError):
-            self.wfile.write(json.dumps(payload, allow_nan=False, default=str).encode() + b"\n")
+def validate_request(request: object) -> dict[str, Any]:
+    """The request as a dict of known fields with the right types, or ValueError naming the field."""
+    if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
+        raise ValueError('expected a JSON object with a "cmd" string')
+    cmd = request["cmd"]
+    fields_ = REQUEST_FIELDS.get(cmd)
+    if fields_ is None:
+        raise ValueError(f"unknown command {cmd[:40]!r}")
+    for key, value in request.items():
+        if key == "cmd":
+            continue
+        kind = fields_.get(key)
+        if kind is None:
+            raise ValueError(f"{cmd}: unknown field {str(key)[:40]!r}")
+        if kind == "number" and not _is_number(value):
+            raise ValueError(f"{cmd}: {key} must be a number (not {type(value).__name__})")
+        if kind == "string" and not isinstance(value, str):
+            raise ValueError(f"{cmd}: {key} must be a string (not {type(value).__name__})")
+    return request
 
 
 class ControlServer:
-    """Serves both sockets on background threads until close()."""
+    """Serves both sockets from one thread (a selector loop) until close().
 
-    def __init__(self, run_dir: str | Path, handler: Handler, *, socket_group: str | None = None) -> None:
+    Bounded whatever clients do: at most `max_clients` open connections and `max_clients_per_uid` per user (the
+    ones beyond get a one-line "busy" reply and are closed at once), a request is one line of at most
+    MAX_REQUEST_BYTES nested at most MAX_DEPTH deep, and a client that has not sent its line within `idle_timeout_s`
+    is closed. One request per connection."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        handler: Handler,
+        *,
+        socket_group: str | None = None,
+        max_clients: int = 64,
+        max_clients_per_uid: int = 8,
+        idle_timeout_s: float = 5.0,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self._handler = handler
         self._gid = resolve_group(socket_group)
-        self._servers: list[_Server] = []
-        self._threads: list[threading.Thread] = []
+        self._owner_uid = os.geteuid()
+        self._max_clients = max_clients
+        self._max_per_uid = max_clients_per_uid
+        self._idle_timeout_s = idle_timeout_s
+        self._listeners: dict[int, tuple[socket.socket, bool, Path]] = {}
+        self._clients: dict[int, _Client] = {}
+        self._per_uid: dict[int, int] = {}
+        self._selector = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.refused = 0  # connections closed at once: over a cap
+        self.timed_out = 0  # connections closed for idling
 
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -137,31 +201,140 @@ class ControlServer:
             path = self.run_dir / name
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # a socket left by a killed daemon (the GPU locks already prove we are alone)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             # Create it with no access for anyone, then open it up: no window where control is wider than 0660.
             old_umask = os.umask(0o777)
             try:
-                server = _Server(path, self._handler, control=control, control_gid=self._gid)
+                sock.bind(str(path))
             finally:
                 os.umask(old_umask)
             if control and self._gid is not None:
                 os.chown(path, -1, self._gid)
             os.chmod(path, mode)
-            self._servers.append(server)
+            sock.listen(128)
+            sock.setblocking(False)
+            self._listeners[sock.fileno()] = (sock, control, path)
+            self._selector.register(sock, selectors.EVENT_READ)
         # Serve only once both sockets exist: a client that got a status answer can rely on control.sock too.
-        for server in self._servers:
-            thread = threading.Thread(
-                target=server.serve_forever, name=f"gpoeo-rt {server.server_address}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        self._thread = threading.Thread(target=self._serve, name="gpoeo-rt control", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=0.25):
+                fd = key.fd
+                try:
+                    if fd in self._listeners:
+                        self._accept(fd)
+                    elif fd in self._clients:
+                        self._read(self._clients[fd])
+                except Exception as exc:  # never let one client end the channel
+                    _log.warning("control channel: %s: %s", type(exc).__name__, exc)
+                    if fd in self._clients:
+                        self._drop(self._clients[fd])
+            now = time.monotonic()
+            for client in [c for c in self._clients.values() if c.deadline_s < now]:
+                self.timed_out += 1
+                self._reply(client, {"ok": False, "error": "timed out waiting for a request line"})
+                self._drop(client)
+
+    def _accept(self, fd: int) -> None:
+        listener, control, _ = self._listeners[fd]
+        for _ in range(256):  # a burst: take what is queued, then serve the others
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and the like: the ones queued wait
+                _log.warning("control channel: cannot accept: %s", exc)
+                return
+            pid, uid, gid = peer_credentials(sock)
+            if len(self._clients) >= self._max_clients or self._per_uid.get(uid, 0) >= self._max_per_uid:
+                self.refused += 1
+                with contextlib.suppress(OSError):
+                    sock.setblocking(False)
+                    sock.send(b'{"ok": false, "error": "busy: too many open connections; try again"}\n')
+                sock.close()
+                continue
+            sock.setblocking(False)
+            client = _Client(sock, pid, uid, gid, control, time.monotonic() + self._idle_timeout_s)
+            self._clients[sock.fileno()] = client
+            self._per_uid[uid] = self._per_uid.get(uid, 0) + 1
+            self._selector.register(sock, selectors.EVENT_READ)
+
+    def _drop(self, client: _Client) -> None:
+        fd = client.sock.fileno()
+        if self._clients.pop(fd, None) is None:
+            return
+        left = self._per_uid.get(client.uid, 1) - 1
+        if left > 0:
+            self._per_uid[client.uid] = left
+        else:
+            self._per_uid.pop(client.uid, None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(client.sock)
+        client.sock.close()
+
+    def _read(self, client: _Client) -> None:
+        try:
+            data = client.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._drop(client)
+            return
+        if not data:
+            self._drop(client)
+            return
+        client.buffer += data
+        end = client.buffer.find(b"\n")
+        if end < 0 and len(client.buffer) <= MAX_REQUEST_BYTES:
+            return  # wait for the rest of the line (until the idle deadline)
+        line = bytes(client.buffer if end < 0 else client.buffer[:end])
+        self._reply(client, self._answer(client, line))
+        self._drop(client)
+
+    def _answer(self, client: _Client, line: bytes) -> dict[str, Any]:
+        try:
+            if len(line) > MAX_REQUEST_BYTES:
+                raise ValueError(f"request longer than {MAX_REQUEST_BYTES} bytes")
+            if nesting_depth(line) > MAX_DEPTH:
+                raise ValueError(f"request nested deeper than {MAX_DEPTH}")
+            request = validate_request(json.loads(line))
+        except (ValueError, UnicodeDecodeError) as exc:
+            return {"ok": False, "error": f"bad request: {exc}"}
+        cmd = request["cmd"]
+        if cmd in CONTROL_COMMANDS:
+            if not client.control:
+                return {"ok": False, "error": f"{cmd!r} is only accepted on {CONTROL_SOCKET}"}
+            if not may_control(client.pid, client.uid, client.gid, owner_uid=self._owner_uid, control_gid=self._gid):
+                return {"ok": False, "error": f"permission denied: uid {client.uid} may not control gpoeo-rt"}
+        try:
+            return self._handler(request)
+        except Exception as exc:  # a handler bug must not kill the channel
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+
+    @staticmethod
+    def _reply(client: _Client, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, allow_nan=False, default=str).encode() + b"\n"
+        with contextlib.suppress(OSError):
+            client.sock.setblocking(True)
+            client.sock.settimeout(1.0)  # a client that does not read its reply costs at most this
+            client.sock.sendall(data)
 
     def close(self) -> None:
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        for client in list(self._clients.values()):
+            self._drop(client)
+        for sock, _, path in self._listeners.values():
+            sock.close()
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(server.server_address)  # type: ignore[arg-type]
-        self._servers.clear()
+                path.unlink()
+        self._listeners.clear()
+        self._selector.close()
 
 
 def request(run_dir: str | Path, payload: dict[str, Any], *, timeout_s: float = 2.0) -> dict[str, Any]:

@@ -14,7 +14,6 @@ Ways out and what restores the clocks:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import signal
@@ -24,16 +23,26 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any
 
 from gpoeo_rt import __version__
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy, State
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.daemon.config import DaemonConfig
-from gpoeo_rt.daemon.control import ControlServer
-from gpoeo_rt.daemon.markers import MarkerBoard, MarkerServer
-from gpoeo_rt.daemon.safety import ClockStateStore, GPULock, ManagedGPU
+from gpoeo_rt.daemon.control import ControlServer, resolve_group, resolve_users
+from gpoeo_rt.daemon.decisionlog import DecisionLog
+from gpoeo_rt.daemon.marker_check import CheckedSampler
+from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
+from gpoeo_rt.daemon.safety import (
+    AlreadyRunningError,
+    ClockStateStore,
+    GPULock,
+    LockDirError,
+    ManagedGPU,
+    RunDirLock,
+)
+from gpoeo_rt.daemon.watchdog import GPUHungError, WatchdogGPU, call_bounded
 from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SimClock, SleepInterruptedError
 from gpoeo_rt.device.errors import GPUError, GPUNoPermissionError
@@ -68,6 +77,9 @@ class Worker:
     advise: bool
     log_path: Path
     markers: MarkerSource | None = None  # where this job's step markers arrive
+    sampler: CheckedSampler | None = None  # the controller's sampler: markers checked against the power signal
+    distrusted: dict[int, str] = field(default_factory=dict)  # marker senders the power signal contradicted
+    log: DecisionLog | None = None  # the decision log (bounded; a failing disk drops records, never the worker)
     timing: str | None = None  # the last measured period's source: "markers" or "signal"
     meter: SavingsMeter = field(default_factory=SavingsMeter)
     controller: Controller | None = None
@@ -77,6 +89,7 @@ class Worker:
     error: str | None = None
     restarts: int = 0
     failed: bool = False
+    refused: str | None = None  # why this GPU was not started (its bundle is unusable): it stays at default clocks
     restart_requested: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,7 +125,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # set on stop and when a worker ends: the main loop looks again
         self._store = ClockStateStore(config.state_dir)
-        self._locks: list[GPULock] = []
+        self._locks: list[GPULock | RunDirLock] = []
         self.workers: list[Worker] = []
         self._server: ControlServer | None = None
         self._exporter: Any = None
@@ -161,18 +174,30 @@ class Daemon:
         return NVMLGPU(index, allow_clock_writes=allow_clock_writes)
 
     def _restore_stale(self, gpu: GPU) -> None:
-        """A state file for this GPU means an earlier gpoeo-rt may have left it locked: reset it first."""
+        """A state file for this GPU means an earlier gpoeo-rt may have left it locked: reset it first. An unreadable
+        one is treated the same way (the lock it recorded is unknown; a reset undoes any)."""
         record = self._store.record_for(gpu.uuid)
         if record is None:
             return
-        what = f"GPU {gpu.index} was left locked at SM {record.sm_clock_mhz} / memory {record.mem_clock_mhz} MHz by "
-        what += f"gpoeo-rt pid {record.pid}"
+        if isinstance(record, str):
+            what = f"GPU {gpu.index}'s clock state file {self._store.path_for(gpu.uuid)} is unreadable ({record})"
+        else:
+            what = f"GPU {gpu.index} was left locked at SM {record.sm_clock_mhz} / memory {record.mem_clock_mhz} MHz "
+            what += f"by gpoeo-rt pid {record.pid}"
         if self.advise:
             self._say(f"gpoeo-rt: warning: {what}; advise mode cannot reset it: run `gpoeo-rt reset` as root")
             return
         gpu.reset_clocks()
         self._store.record_reset(gpu)
         self._say(f"gpoeo-rt: {what}: restored the default clocks")
+
+    def _open_bounded(self, index: int, allow_clock_writes: bool) -> GPU:
+        """Open a GPU; an NVML one opens within nvml_timeout_s (else GPUHungError) and gets its watchdog."""
+        if self.config.simulate is not None:  # NVML can hang; the simulator cannot
+            return self._open_device(index, allow_clock_writes)
+        timeout_s = self.config.nvml_timeout_s
+        gpu = call_bounded(lambda: self._open_device(index, allow_clock_writes), timeout_s, f"opening GPU {index}")
+        return WatchdogGPU(gpu, timeout_s=timeout_s)
 
     # --- set-up -------------------------------------------------------------------------------------------------
 
@@ -206,9 +231,9 @@ class Daemon:
         opened: list[GPU] = []
         try:
             for index in indices:
-                gpu = self._open_device(index, not self.advise)
+                gpu = self._open_bounded(index, not self.advise)
                 opened.append(gpu)
-                lock = GPULock(cfg.run_dir, gpu.uuid, index)
+                lock = GPULock(cfg.resolved_lock_dir(), gpu.uuid, index, run_dir=cfg.run_dir)
                 lock.acquire()
                 self._locks.append(lock)
             for gpu in opened:
@@ -219,8 +244,13 @@ class Daemon:
                     gpu.close()
             raise
         clock = self._sim_clock.now_s if self._sim_clock is not None else time.time  # markers carry time.time()
-        self.marker_board = MarkerBoard([(gpu.index, gpu.uuid) for gpu in opened], clock)
         raw = {gpu.index: gpu for gpu in opened}
+        admission = MarkerAdmission(
+            lambda index: raw[index].running_pids(),
+            allowed_uids=resolve_users(cfg.marker_users),
+            allowed_gid=resolve_group(cfg.marker_group, "marker_group"),
+        )
+        self.marker_board = MarkerBoard([(gpu.index, gpu.uuid) for gpu in opened], clock, admission=admission)
         speed = cfg.sim_speed if cfg.simulate is not None else None
         managed = [ManagedGPU(gpu, self._store, self.stop_event, speed=speed) for gpu in opened]
         groups: list[list[ManagedGPU]] = [managed] if cfg.group is not None else [[m] for m in managed]
@@ -229,7 +259,12 @@ class Daemon:
         for members in groups:
             device: GPU = members[0] if len(members) == 1 else GroupGPU(members)
             label = "gpu" + "-".join(str(m.index) for m in members)
-            predictor, bundle, reason = self._predictor_for(device)
+            refused = None
+            try:
+                predictor, bundle, reason = self._predictor_for(device)
+            except Exception as exc:  # BundleError, or onnxruntime refusing a model: this GPU only
+                predictor, bundle, reason = None, None, f"{exc}"
+                refused = f"not started: its model bundle is unusable: {exc}"
             markers: MarkerSource = self.marker_board.source([m.index for m in members])
             if cfg.simulate is not None and cfg.sim_markers:
                 from gpoeo_rt.device.simulated import SimulatedGPU, SimulatedStepMarkers
@@ -247,16 +282,24 @@ class Daemon:
                     bundle_reason=reason,
                     advise=self.advise,
                     log_path=log_dir / f"decisions-{label}.jsonl",
+                    log=DecisionLog(
+                        log_dir / f"decisions-{label}.jsonl",
+                        max_bytes=int(cfg.log_max_mb * (1 << 20)),
+                        keep=cfg.log_keep,
+                        say=self._say,
+                    ),
                     markers=markers,
+                    refused=refused,
+                    error=refused,
                 )
             )
 
     # --- running ------------------------------------------------------------------------------------------------
 
-    def _sink(self, worker: Worker, stream: TextIO) -> Callable[[dict[str, object]], None]:
+    def _sink(self, worker: Worker) -> Callable[[dict[str, object]], None]:
         def write(record: dict[str, object]) -> None:
-            stream.write(json.dumps({"gpus": worker.indices, **record}, allow_nan=False) + "\n")
-            stream.flush()
+            if worker.log is not None:
+                worker.log.write({"gpus": worker.indices, **record})
             with worker.lock:
                 worker.decisions += 1
                 worker.last_reason = str(record.get("reason", ""))
@@ -277,6 +320,10 @@ class Daemon:
     def _run_worker(self, worker: Worker) -> None:
         try:
             self._work(worker)
+        except Exception as exc:  # anything _work did not expect: one line, never a thread traceback
+            worker.failed = True
+            worker.error = f"{type(exc).__name__}: {exc}"
+            self._say(f"gpoeo-rt: GPU {worker.indices}: stopped by an unexpected error: {worker.error}")
         finally:
             self._wake.set()
 
@@ -284,62 +331,97 @@ class Daemon:
         end_s = self._sim_end_s
         if self._run_for_s is not None:
             end_s = worker.device.now_s() + self._run_for_s
-        with worker.log_path.open("a") as stream:
-            sink = self._sink(worker, stream)
-            consecutive = 0
-            while not self.stop_event.is_set():
-                worker.restart_requested.clear()
-                ctrl = Controller(
+        try:
+            self._work_logged(worker, end_s)
+        finally:
+            if worker.log is not None:
+                worker.log.close()
+
+    def _work_logged(self, worker: Worker, end_s: float | None) -> None:
+        sink = self._sink(worker)
+        consecutive = 0
+        while not self.stop_event.is_set():
+            worker.restart_requested.clear()
+            config = self._controller_config(worker.advise)
+            sampler = None
+            if worker.markers is not None:
+                sampler = CheckedSampler(
+                    worker.device,
+                    worker.markers,
+                    min_intervals=config.min_marker_intervals,
+                    min_coverage=config.marker_coverage,
+                    max_period_s=config.max_period_s,
+                )
+                worker.sampler = sampler
+            try:
+                ctrl = Controller(  # inside the try: building one reads the GPU, which may fail or hang
                     worker.device,
                     predictor=worker.predictor,
-                    config=self._controller_config(worker.advise),
+                    config=config,
                     log=sink,
                     keep_decisions=200,
-                    markers=worker.markers,
+                    sampler=sampler,
                 )
                 worker.controller = ctrl
-                try:
-                    while ctrl.state is not State.STOPPED and not self.stop_event.is_set():
-                        if worker.restart_requested.is_set():
-                            ctrl.stop("settings changed: restarting the controller")
-                            break
-                        if end_s is not None and worker.device.now_s() >= end_s:
-                            self.stop_event.set()
-                            break
-                        ctrl.step()
-                        if ctrl.state is State.HOLDING:
-                            consecutive = 0
-                    ctrl.stop("gpoeo-rt is stopping")
-                    if worker.restart_requested.is_set() and not self.stop_event.is_set():
-                        continue
+                while ctrl.state is not State.STOPPED and not self.stop_event.is_set():
+                    if worker.restart_requested.is_set():
+                        ctrl.stop("settings changed: restarting the controller")
+                        break
+                    if end_s is not None and worker.device.now_s() >= end_s:
+                        self.stop_event.set()
+                        break
+                    ctrl.step()
+                    if ctrl.state is State.HOLDING:
+                        consecutive = 0
+                ctrl.stop("gpoeo-rt is stopping")
+                if worker.restart_requested.is_set() and not self.stop_event.is_set():
+                    continue
+                return
+            except GPUHungError as exc:
+                worker.error = str(exc)
+                self._say(f"gpoeo-rt: GPU {worker.indices}: {exc}; waiting for NVML to answer again")
+                if not self._wait_responsive(worker):
                     return
-                except GPUNoPermissionError as exc:
-                    if not worker.advise:
-                        self._say(
-                            f"gpoeo-rt: GPU {worker.indices}: no permission to set clocks ({exc}); continuing in "
-                            "advise mode"
-                        )
-                        worker.advise = True
-                        continue
-                    worker.error = str(exc)
-                except Exception as exc:
-                    worker.error = f"{type(exc).__name__}: {exc}"
-                consecutive += 1
-                worker.restarts += 1
-                self._retry_reset(worker)
-                if consecutive > self.config.max_restarts:
-                    worker.failed = True
-                    self._say(f"gpoeo-rt: GPU {worker.indices}: giving up after {consecutive} errors: {worker.error}")
-                    return
-                self._say(
-                    f"gpoeo-rt: GPU {worker.indices}: controller error ({worker.error}); restarting in "
-                    f"{self.config.restart_backoff_s:g} s"
-                )
-                try:
-                    worker.device.clock.sleep(self.config.restart_backoff_s)
-                except SleepInterruptedError:
-                    return
-                self._retry_reset(worker)
+                self._retry_reset(worker)  # at once: it may have been left locked
+                self._say(f"gpoeo-rt: GPU {worker.indices}: NVML answers again; clocks reset, restarting")
+                continue  # a hang is not the controller's fault: no backoff, not counted towards giving up
+            except GPUNoPermissionError as exc:
+                if not worker.advise:
+                    self._say(
+                        f"gpoeo-rt: GPU {worker.indices}: no permission to set clocks ({exc}); continuing in "
+                        "advise mode"
+                    )
+                    worker.advise = True
+                    continue
+                worker.error = str(exc)
+            except Exception as exc:
+                worker.error = f"{type(exc).__name__}: {exc}"
+            consecutive += 1
+            worker.restarts += 1
+            self._retry_reset(worker)
+            if consecutive > self.config.max_restarts:
+                worker.failed = True
+                self._say(f"gpoeo-rt: GPU {worker.indices}: giving up after {consecutive} errors: {worker.error}")
+                return
+            self._say(
+                f"gpoeo-rt: GPU {worker.indices}: controller error ({worker.error}); restarting in "
+                f"{self.config.restart_backoff_s:g} s"
+            )
+            try:
+                worker.device.clock.sleep(self.config.restart_backoff_s)
+            except SleepInterruptedError:
+                return
+            self._retry_reset(worker)
+
+    def _wait_responsive(self, worker: Worker) -> bool:
+        """Wait until every watchdog of this worker's GPUs answers again; False when the daemon stops first."""
+        for gpu in worker.managed:
+            watchdog = gpu.inner
+            if isinstance(watchdog, WatchdogGPU):
+                while not watchdog.responsive.wait(0.1):
+                    if self.stop_event.is_set():
+                        return False
+        return not self.stop_event.is_set()
 
     def request_stop(self) -> None:
         self.stop_event.set()
@@ -368,6 +450,9 @@ class Daemon:
                 self._setup()
                 if self._serve:
                     assert self.marker_board is not None
+                    run_lock = RunDirLock(self.config.run_dir)  # after the GPU locks: their refusal says more
+                    run_lock.acquire()
+                    self._locks.append(run_lock)
                     # Markers first: once status answers, every socket is there.
                     self._marker_server = MarkerServer(self.config.run_dir, self.marker_board)
                     self._marker_server.start()
@@ -385,6 +470,9 @@ class Daemon:
                         f"gpoeo-rt: Prometheus metrics on http://{self.config.prometheus_addr}:{self.prometheus_port}/"
                     )
                 for worker in self.workers:
+                    if worker.refused is not None:
+                        self._say(f"gpoeo-rt: {worker.label} ({worker.device.name}): {worker.refused}")
+                        continue
                     mode = "advise" if worker.advise else "control"
                     self._say(
                         f"gpoeo-rt: {worker.label} ({worker.device.name}): {mode} mode, bundle {worker.bundle} "
@@ -396,7 +484,7 @@ class Daemon:
                     # Wake up regularly so signal handlers run (they run on the main thread, between waits).
                     self._wake.wait(0.2)
                     self._wake.clear()
-                    if all(w.failed for w in self.workers):
+                    if all(w.failed or w.refused is not None for w in self.workers):
                         break
             finally:
                 self.stop_event.set()
@@ -423,7 +511,7 @@ class Daemon:
                 f"gpoeo-rt: GPU {worker.indices}: could not restore the default clocks ({worker.error}); the state "
                 f"file stays in {self.config.state_dir}: run `gpoeo-rt reset` once the GPU is reachable"
             )
-        if unrestored or (self.workers and all(w.failed for w in self.workers)):
+        if unrestored or (self.workers and all(w.failed or w.refused is not None for w in self.workers)):
             return 1
         return 0
 
@@ -453,6 +541,17 @@ class Daemon:
             worker.restart_requested.set()
         return {"ok": True, "message": f"applied {changes}: controllers re-profile and re-search"}
 
+    def _marker_summary(self, worker: Worker) -> dict[str, Any] | None:
+        if self.marker_board is None:
+            return None
+        summary: dict[str, Any] = self.marker_board.summary(worker.indices)
+        sampler = worker.sampler
+        summary["dropped_windows"] = sampler.dropped if sampler else 0
+        summary["last_drop"] = sampler.last_drop if sampler else None
+        summary["ambiguous_windows"] = sampler.ambiguous if sampler else 0
+        summary["distrusted"] = sorted(worker.distrusted)
+        return summary
+
     def status(self) -> dict[str, Any]:
         gpus = []
         for w in self.workers:
@@ -467,8 +566,8 @@ class Daemon:
                     # Where the last measured period came from: "markers" (the job's step markers), "signal"
                     # (the power samples), None (nothing measured yet).
                     "timing": w.timing,
-                    "markers": self.marker_board.summary(w.indices) if self.marker_board else None,
-                    "state": "failed" if w.failed else (ctrl.state.value if ctrl else "starting"),
+                    "markers": self._marker_summary(w),
+                    "state": _worker_state(w),
                     "bundle": w.bundle,
                     "bundle_reason": w.bundle_reason,
                     "clocks": list(ctrl.clocks) if ctrl else None,
@@ -486,7 +585,10 @@ class Daemon:
                     "last_reason": w.last_reason,
                     "restarts": w.restarts,
                     "error": w.error,
+                    # An NVML call that has not returned within nvml_timeout_s: {"call": ..., "for_s": ...}
+                    "stuck": next((s for g in w.managed if (s := _stuck(g)) is not None), None),
                     "decision_log": str(w.log_path),
+                    "logging": w.log.summary() if w.log is not None else None,
                 }
             gpus.append(entry)
         return {
@@ -502,6 +604,20 @@ class Daemon:
         }
 
 
+def _stuck(gpu: ManagedGPU) -> dict[str, Any] | None:
+    return gpu.inner.stuck() if isinstance(gpu.inner, WatchdogGPU) else None
+
+
+def _worker_state(worker: Worker) -> str:
+    if worker.refused is not None:
+        return "refused"
+    if any(_stuck(g) is not None for g in worker.managed):
+        return "stuck"
+    if worker.failed:
+        return "failed"
+    return worker.controller.state.value if worker.controller else "starting"
+
+
 def _nvml_count() -> int:
     from gpoeo_rt.device.nvml import nvml_device_count
 
@@ -511,12 +627,17 @@ def _nvml_count() -> int:
 def reset_gpus(
     config: DaemonConfig,
     *,
+    force: bool = False,
     open_device: OpenDevice | None = None,
     device_count: Callable[[], int] | None = None,
     say: Say = print,
 ) -> int:
-    """`gpoeo-rt reset`: restore the default clocks now on the chosen GPUs and on every GPU a state file names.
-    Returns the exit code (1 when a GPU could not be reset)."""
+    """`gpoeo-rt reset`: restore the default clocks now on the chosen GPUs (default all) and on every GPU a state
+    file names. Each GPU and each state file is handled on its own: one that fails is reported in one line and the
+    others are still restored. A GPU a running gpoeo-rt holds is left to it unless `force`. Returns the exit code
+    (1 when anything could not be restored or read)."""
+    from gpoeo_rt.daemon.config import ConfigError, parse_gpu_list
+
     store = ClockStateStore(config.state_dir)
     daemon = Daemon(
         config,
@@ -527,31 +648,49 @@ def reset_gpus(
         install_signals=False,
         serve=False,
     )
-    wanted = set(config.gpu_indices(daemon._device_count()))
-    records = store.records()
-    wanted |= {r.index for r in records}
     status = 0
+    records, unreadable = store.scan()
+    try:
+        count = call_bounded(daemon._device_count, config.nvml_timeout_s, "counting the GPUs")
+        wanted = set(config.gpu_indices(count))
+    except (GPUError, ConfigError) as exc:
+        say(f"gpoeo-rt: cannot list the GPUs: {exc}")
+        status = 1
+        wanted = set(parse_gpu_list(config.gpus, "gpus", allow_all=True) or [])
+    wanted |= {r.index for r in records}
+    handled: set[Path] = set()
     for index in sorted(wanted):
         try:
-            gpu = daemon._open_device(index, True)
-        except GPUError as exc:
+            gpu = daemon._open_bounded(index, True)  # each GPU bounded on its own: a hung one stops no other
+        except (GPUError, OSError, ValueError) as exc:
             say(f"gpoeo-rt: GPU {index}: cannot open it to reset the clocks: {exc}")
             status = 1
             continue
+        path = store.path_for(gpu.uuid)
+        handled.add(path)
         try:
-            holder = GPULock(config.run_dir, gpu.uuid, index)
+            holder = GPULock(config.resolved_lock_dir(), gpu.uuid, index)
             try:
                 holder.acquire()
                 holder.release()
-            except RuntimeError as exc:
-                say(f"gpoeo-rt: warning: {exc}; resetting anyway")
+            except AlreadyRunningError as exc:
+                if not force:
+                    say(f"gpoeo-rt: GPU {index}: skipped: {exc}; or reset it anyway with --force")
+                    status = 1
+                    continue
+                say(f"gpoeo-rt: warning: {exc}; resetting anyway (--force)")
             gpu.reset_clocks()
             store.record_reset(gpu)
-            say(f"gpoeo-rt: GPU {index} ({gpu.name}): default clocks restored")
-        except GPUError as exc:
+            note = f" (its unreadable state file {path} was removed)" if path in unreadable else ""
+            say(f"gpoeo-rt: GPU {index} ({gpu.name}): default clocks restored{note}")
+        except (GPUError, LockDirError, OSError) as exc:
             say(f"gpoeo-rt: GPU {index}: reset failed: {exc}")
             status = 1
         finally:
             with contextlib.suppress(Exception):
                 gpu.close()
+    for path, why in sorted(unreadable.items()):
+        if path not in handled:
+            say(f"gpoeo-rt: {path}: unreadable clock state file ({why}); skipped: reset its GPU with --gpus N")
+            status = 1
     return status

@@ -14,12 +14,23 @@ class LogError(ValueError):
     """A decision log that cannot be read; the message names the file and line."""
 
 
+# Fields that are numbers (or null) in every decision, by their unit suffix; checked on reading so a damaged log
+# is one error line instead of a failure deep in the summary.
+_NUMBER_SUFFIXES = ("_s", "_w", "_j", "_mhz", "_ratio", "_pct")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def read_log(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_bytes().decode("utf-8").splitlines()
     except OSError as exc:
         raise LogError(f"{path}: cannot read the decision log: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise LogError(f"{path}: not a decision log (not UTF-8 text at byte {exc.start})") from None
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -30,9 +41,14 @@ def read_log(path: str | Path) -> list[dict[str, Any]]:
             if number == len(lines):  # a daemon killed mid-write leaves a partial last line: say so, skip it
                 raise LogError(f"{path}:{number}: incomplete last line (was the daemon killed while writing?)") from exc
             raise LogError(f"{path}:{number}: not a JSON object: {exc}") from exc
+        if not isinstance(record, dict):
+            raise LogError(f"{path}:{number}: not a gpoeo-rt decision (a JSON {type(record).__name__})")
         missing = [k for k in ("t_s", "state", "event", "sm_clock_mhz", "mem_clock_mhz") if k not in record]
-        if not isinstance(record, dict) or missing:
+        if missing:
             raise LogError(f"{path}:{number}: not a gpoeo-rt decision (missing {', '.join(missing)})")
+        wrong = [k for k, v in record.items() if k.endswith(_NUMBER_SUFFIXES) and v is not None and not _is_number(v)]
+        if wrong or not _is_number(record["t_s"]) or not isinstance(record["event"], str):
+            raise LogError(f"{path}:{number}: not a gpoeo-rt decision (wrong type: {', '.join(wrong) or 't_s/event'})")
         records.append(record)
     if not records:
         raise LogError(f"{path}: the decision log is empty")

@@ -1,7 +1,9 @@
 """What keeps the clocks safe beyond the process: per-GPU lock files and clock state files.
 
-- `GPULock`: an exclusive flock on `<run_dir>/gpu-<uuid>.lock`, held for the daemon's life, so a second instance on
-  the same GPU refuses to start. The kernel drops it when the process dies, even by SIGKILL.
+- `GPULock`: an exclusive flock on `<lock_dir>/gpu-<uuid>.lock`, held for the daemon's life, so a second instance on
+  the same GPU refuses to start, whatever its run and state dirs: lock_dir is host-wide (`/run/gpoeo-rt-locks` for
+  root, a per-user folder otherwise). The kernel drops it when the process dies, even by SIGKILL.
+- `RunDirLock`: one daemon per run dir, so a second one never replaces the first one's sockets.
 - `ClockStateStore`: `<state_dir>/clocks-<uuid>.json` is written (and fsynced) *before* a clock lock is applied
   and removed only after a reset succeeded. A file found at start-up therefore means a previous process may have
   left the GPU locked (SIGKILL, a crash, a lost GPU): `start` and `reset` restore those GPUs first.
@@ -16,60 +18,117 @@ import errno
 import fcntl
 import json
 import os
+import stat
+import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpoeo_rt.device.base import GPU, ClockTable, CounterSnapshot, PolledReading, PowerSamples
 from gpoeo_rt.device.clock import Clock, StoppableClock
 
 
 class AlreadyRunningError(RuntimeError):
-    """Another gpoeo-rt already manages this GPU."""
+    """Another gpoeo-rt already manages this GPU, or serves from this run dir."""
+
+
+class LockDirError(RuntimeError):
+    """The lock folder is not one this process may trust (owner, mode, a symlink)."""
 
 
 def _safe_name(uuid: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in uuid)
 
 
-class GPULock:
-    """Exclusive per-GPU lock file (see the module docstring). Use as a context manager or acquire()/release()."""
+# Where every gpoeo-rt on the host takes its per-GPU locks, whatever its --run-dir and --state-dir (root only can
+# create entries under /run, so no user can plant a file or a symlink there first).
+SYSTEM_LOCK_DIR = Path("/run/gpoeo-rt-locks")
 
-    def __init__(self, run_dir: str | Path, uuid: str, index: int) -> None:
-        self.path = Path(run_dir) / f"gpu-{_safe_name(uuid)}.lock"
-        self._uuid = uuid
-        self._index = index
-        self._file: IO[str] | None = None
 
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        handle = self.path.open("a+")
+def default_lock_dir(*, simulated_state_dir: str | Path | None = None) -> Path:
+    """The host-wide lock folder: SYSTEM_LOCK_DIR for root; a per-user one for unprivileged runs (they can only
+    advise, never set clocks). A simulated GPU's "hardware" lives in its state dir, so its locks do too."""
+    if simulated_state_dir is not None:
+        return Path(simulated_state_dir) / "locks"
+    if os.geteuid() == 0:
+        return SYSTEM_LOCK_DIR
+    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    return Path(base) / f"gpoeo-rt-locks-{os.geteuid()}"
+
+
+def _trusted_dir(path: Path) -> None:
+    """Create `path` if needed and check that it is ours: a real directory, owned by us, writable by nobody else."""
+    path.mkdir(mode=0o755, parents=True, exist_ok=True)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise LockDirError(
+            f"{path}: lock folder is not a directory owned by uid {os.geteuid()} and closed to others "
+            "(remove it or fix its owner and mode)"
+        )
+
+
+class _FileLock:
+    """An exclusive flock on one file, held until release() or the process's end (the kernel drops it, even
+    after SIGKILL). The file is never unlinked: unlinking would let a second process lock a fresh inode while
+    the first still holds the old one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def _holder(self, fd: int) -> str:
+        with contextlib.suppress(OSError):
+            return os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+        return ""
+
+    def acquire(self, refuse: Callable[[str], AlreadyRunningError], note: str) -> None:
+        _trusted_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
+            holder = self._holder(fd) or "pid unknown"
+            os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
-                raise AlreadyRunningError(
-                    f"GPU {self._index} ({self._uuid}) is already managed by another gpoeo-rt (pid {holder}; lock "
-                    f"file {self.path}); stop it first (gpoeo-rt stop) or choose other GPUs with --gpus"
-                ) from None
+                raise refuse(holder) from None
             raise
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        self._file = handle
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{note}\n".encode(), 0)
+        self._fd = fd
 
     def release(self) -> None:
-        if self._file is not None:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            self._file.close()  # closing drops the flock
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+class GPULock:
+    """Exclusive per-GPU lock, host-wide: `<lock_dir>/gpu-<uuid>.lock` (see default_lock_dir). Use as a context
+    manager or acquire()/release(). `run_dir` is only written into the file, so a refusal can say where the
+    holder's sockets are."""
+
+    def __init__(self, lock_dir: str | Path, uuid: str, index: int, *, run_dir: str | Path | None = None) -> None:
+        self.path = Path(lock_dir) / f"gpu-{_safe_name(uuid)}.lock"
+        self._uuid = uuid
+        self._index = index
+        self._run_dir = run_dir
+        self._lock = _FileLock(self.path)
+
+    def acquire(self) -> None:
+        def refuse(holder: str) -> AlreadyRunningError:
+            return AlreadyRunningError(
+                f"GPU {self._index} ({self._uuid}) is already managed by another gpoeo-rt ({holder}; lock file "
+                f"{self.path}); stop it first (gpoeo-rt stop --run-dir of that one) or choose other GPUs with --gpus"
+            )
+
+        note = f"pid {os.getpid()}" + (f", run dir {self._run_dir}" if self._run_dir is not None else "")
+        self._lock.acquire(refuse, note)
+
+    def release(self) -> None:
+        self._lock.release()
 
     def __enter__(self) -> GPULock:
         self.acquire()
@@ -77,6 +136,26 @@ class GPULock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class RunDirLock:
+    """`<run_dir>/daemon.lock`: one daemon per run dir, so no daemon replaces another one's sockets."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self._lock = _FileLock(self.run_dir / "daemon.lock")
+
+    def acquire(self) -> None:
+        def refuse(holder: str) -> AlreadyRunningError:
+            return AlreadyRunningError(
+                f"run dir {self.run_dir} is in use by another gpoeo-rt ({holder}): its sockets stay its own; "
+                "give this one another --run-dir"
+            )
+
+        self._lock.acquire(refuse, f"pid {os.getpid()}")
+
+    def release(self) -> None:
+        self._lock.release()
 
 
 @dataclass(frozen=True)
@@ -128,16 +207,18 @@ class ClockStateStore:
         with contextlib.suppress(FileNotFoundError):
             self.path_for(gpu.uuid).unlink()
 
-    def records(self) -> list[ClockRecord]:
-        """Every recorded lock; an unreadable file is an error naming it (it must not be silently ignored)."""
+    def scan(self) -> tuple[list[ClockRecord], dict[Path, str]]:
+        """Every readable record, and every unreadable file with why: each file on its own, so one bad file never
+        hides the others."""
+        records: list[ClockRecord] = []
+        unreadable: dict[Path, str] = {}
         if not self.dir.is_dir():
-            return []
-        out = []
+            return records, unreadable
         for path in sorted(self.dir.glob("clocks-*.json")):
             try:
-                data: dict[str, Any] = json.loads(path.read_text())
+                data: dict[str, Any] = json.loads(path.read_bytes())
                 sm, mem = data["locked"]
-                out.append(
+                records.append(
                     ClockRecord(
                         path,
                         str(data["uuid"]),
@@ -150,14 +231,18 @@ class ClockStateStore:
                     )
                 )
             except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(
-                    f"{path}: unreadable clock state file ({exc}); reset that GPU with `gpoeo-rt reset --gpus N` "
-                    "and delete the file"
-                ) from exc
-        return out
+                unreadable[path] = f"{type(exc).__name__}: {exc}"[:200]
+            except OSError as exc:
+                unreadable[path] = exc.strerror or str(exc)
+        return records, unreadable
 
-    def record_for(self, uuid: str) -> ClockRecord | None:
-        return next((r for r in self.records() if r.uuid == uuid), None)
+    def record_for(self, uuid: str) -> ClockRecord | str | None:
+        """This GPU's record; a string saying why when its file exists but cannot be read; None without a file."""
+        path = self.path_for(uuid)
+        records, unreadable = self.scan()
+        if path in unreadable:
+            return unreadable[path]
+        return next((r for r in records if r.uuid == uuid), None)
 
 
 class ManagedGPU(GPU):
@@ -207,6 +292,9 @@ class ManagedGPU(GPU):
 
     def poll(self) -> PolledReading:
         return self.inner.poll()
+
+    def running_pids(self) -> frozenset[int] | None:
+        return self.inner.running_pids()
 
     def lock_clocks(self, sm_clock_mhz: int, mem_clock_mhz: int) -> None:
         self._store.record_lock(self.inner, sm_clock_mhz, mem_clock_mhz)

@@ -174,6 +174,10 @@ class GPUReader(ABC):
     def poll(self) -> PolledReading:
         """All slow values at once (what `trace record` writes per row)."""
 
+    def running_pids(self) -> frozenset[int] | None:
+        """Process ids with a context on this GPU (None: this backend cannot tell). Who may send step markers."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the device (and, for a controller that locked clocks, restore them)."""
 

@@ -381,6 +381,19 @@ class NVMLGPU(GPU):
 
     # --- clock writes (opt-in only) ---
 
+    def running_pids(self) -> frozenset[int] | None:
+        """Compute and graphics processes on this GPU (host pids); None when the driver cannot list them."""
+        pids: set[int] = set()
+        listed = False
+        for fn_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            try:
+                procs = self._call("list the processes on the GPU", fn_name, self._handle)
+            except GPUNotSupportedError:
+                continue
+            listed = True
+            pids.update(int(p.pid) for p in procs or [])
+        return frozenset(pids) if listed else None
+
     def _require_writes(self, what: str) -> None:
         if not self._allow_clock_writes:
             raise ClockWriteNotAllowedError(

@@ -16,6 +16,10 @@ from typing import Any
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
+# The manifest's seal: sha256 over all its other fields (the files' sha256 among them), so any edit of the manifest,
+# not only of the model files, is caught. A seal, not a signature: it catches a changed bundle, not a forger who
+# recomputes it (who could as well replace the whole installed package).
+SEAL_KEY = "manifest_sha256"
 MODEL_FILES: dict[str, str] = {"time": "time.onnx", "power": "power.onnx"}
 
 
@@ -41,6 +45,12 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def manifest_seal(raw: dict[str, Any]) -> str:
+    """sha256 of the manifest's fields other than the seal, in canonical JSON (sorted keys, no spaces)."""
+    body = {k: v for k, v in raw.items() if k != SEAL_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def _require(raw: dict[str, Any], key: str, where: Path) -> Any:
     if key not in raw:
         raise BundleError(f"{where}: manifest has no '{key}'")
@@ -50,35 +60,60 @@ def _require(raw: dict[str, Any], key: str, where: Path) -> Any:
 def parse_manifest(bundle_dir: Path) -> Manifest:
     where = bundle_dir / MANIFEST_NAME
     try:
-        raw = json.loads(where.read_text())
+        raw = json.loads(where.read_bytes())
     except FileNotFoundError as exc:
         raise BundleError(f"{where}: no manifest") from exc
-    except json.JSONDecodeError as exc:
-        raise BundleError(f"{where}: manifest is not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise BundleError(f"{where}: cannot read the manifest ({exc.strerror})") from None
+    except ValueError as exc:  # not JSON, not UTF-8
+        raise BundleError(f"{where}: manifest is not valid JSON ({exc})") from None
     if not isinstance(raw, dict):
         raise BundleError(f"{where}: manifest must be a JSON object")
     version = _require(raw, "schema_version", where)
     if version != SCHEMA_VERSION:
         raise BundleError(f"{where}: schema_version {version!r} is not the supported {SCHEMA_VERSION}")
-    reference = _require(raw, "reference_clocks", where) or {}
-    return Manifest(
-        path=bundle_dir,
-        name=str(_require(raw, "name", where)),
-        nvml_names=tuple(str(n) for n in _require(raw, "nvml_names", where)),
-        feature_names=tuple(str(n) for n in _require(raw, "feature_names", where)),
-        target_transform=str(_require(raw, "target_transform", where)),
-        reference_sm_clock_mhz=reference.get("sm_clock_mhz"),
-        reference_mem_clock_mhz=reference.get("mem_clock_mhz"),
-        clock_table=tuple((float(sm), float(mem)) for sm, mem in _require(raw, "clock_table", where)),
-        sha256={str(k): str(v) for k, v in _require(raw, "sha256", where).items()},
-        raw=raw,
-    )
+    try:
+        reference = _require(raw, "reference_clocks", where) or {}
+        return Manifest(
+            path=bundle_dir,
+            name=_text(_require(raw, "name", where), "name"),
+            nvml_names=tuple(_text(n, "nvml_names") for n in _list(_require(raw, "nvml_names", where), "nvml_names")),
+            feature_names=tuple(
+                _text(n, "feature_names") for n in _list(_require(raw, "feature_names", where), "feature_names")
+            ),
+            target_transform=_text(_require(raw, "target_transform", where), "target_transform"),
+            reference_sm_clock_mhz=reference.get("sm_clock_mhz"),
+            reference_mem_clock_mhz=reference.get("mem_clock_mhz"),
+            clock_table=tuple(
+                (float(sm), float(mem)) for sm, mem in _list(_require(raw, "clock_table", where), "clock_table")
+            ),
+            sha256={_text(k, "sha256"): _text(v, "sha256") for k, v in _require(raw, "sha256", where).items()},
+            raw=raw,
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"{where}: malformed manifest ({exc})") from None
+
+
+def _text(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{key}: expected text, got {type(value).__name__}")
+    return value
+
+
+def _list(value: object, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{key}: expected a list, got {type(value).__name__}")
+    return value
 
 
 def _onnx_input_width(model_path: Path) -> int:
     import onnxruntime as ort  # lazy: keeps `import gpoeo_rt` light
 
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    try:
+        session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own exception types (InvalidProtobuf, Fail, ...)
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise BundleError(f"{model_path}: not a loadable ONNX model ({detail})") from None
     inputs = session.get_inputs()
     if len(inputs) != 1:
         raise BundleError(f"{model_path}: expected one model input, found {len(inputs)}")
@@ -88,9 +123,17 @@ def _onnx_input_width(model_path: Path) -> int:
     return width
 
 
-def verify_bundle(bundle_dir: Path) -> Manifest:
-    """Parse and check a bundle; raise BundleError naming the directory and the first problem found."""
+def verify_bundle(bundle_dir: Path, *, sealed: bool = False) -> Manifest:
+    """Parse and check a bundle; raise BundleError naming the directory and the first problem found. A seal, when
+    present, must match; `sealed` also requires one (what the daemon and `bundles verify` ask of installed bundles;
+    bundles written before seals existed, e.g. older cross-validation folds, load offline without one)."""
     manifest = parse_manifest(bundle_dir)
+    seal = manifest.raw.get(SEAL_KEY)
+    where = bundle_dir / MANIFEST_NAME
+    if seal is None and sealed:
+        raise BundleError(f"{where}: manifest is not sealed (no {SEAL_KEY}); rebuild the bundle (dvc repro bundle)")
+    if seal is not None and seal != manifest_seal(manifest.raw):
+        raise BundleError(f"{where}: manifest was changed after it was sealed ({SEAL_KEY} does not match its fields)")
     if manifest.target_transform not in ("log", "none"):
         raise BundleError(f"{bundle_dir}: unknown target_transform {manifest.target_transform!r}")
     from gpoeo_rt.inputs import UnknownInputError, check_input_names  # lazy: numpy, not needed by `status`

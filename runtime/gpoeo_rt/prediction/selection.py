@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpoeo_rt.prediction.bundle import BundleError, Manifest, verify_bundle
+from gpoeo_rt.prediction.bundle import BundleError, Manifest, parse_manifest, verify_bundle
 
 GENERIC = "generic"
 BUNDLES_ENV = "GPOEO_BUNDLES"
@@ -35,18 +35,28 @@ def _matches(manifest: Manifest, gpu_name: str) -> bool:
 
 
 def select_bundle(bundle_root: Path, gpu_name: str) -> BundleChoice:
-    """Pick and verify the bundle for `gpu_name` under `bundle_root`. A corrupt matching bundle is an error (it is
-    never silently replaced by another); with no match, the generic bundle is used and the reason says so."""
+    """Pick and verify the bundle for `gpu_name` under `bundle_root`. Only the chosen bundle is verified: a broken
+    bundle of another SKU does not concern this GPU. A corrupt matching bundle is an error (it is never silently
+    replaced by another), and so is a manifest that cannot be read at all when no other bundle matches (it may be
+    this GPU's); with no match, the generic bundle is used and the reason says so."""
     if not bundle_root.is_dir():
         raise BundleError(f"{bundle_root}: bundle directory not found")
     candidates = sorted(p for p in bundle_root.iterdir() if (p / "manifest.json").exists() and p.name != GENERIC)
+    unreadable: list[str] = []
     for path in candidates:
-        manifest = verify_bundle(path)
+        try:
+            manifest = parse_manifest(path)
+        except BundleError as exc:
+            unreadable.append(str(exc))
+            continue
         if _matches(manifest, gpu_name):
+            manifest = verify_bundle(path, sealed=True)
             return BundleChoice(manifest, f"bundle '{manifest.name}' lists NVML name prefix matching {gpu_name!r}")
+    if unreadable:
+        raise BundleError(f"no readable bundle matches {gpu_name!r} and one that cannot be read may: {unreadable[0]}")
     generic = bundle_root / GENERIC
     if not (generic / "manifest.json").exists():
         raise BundleError(f"{bundle_root}: no bundle matches {gpu_name!r} and there is no generic bundle")
-    manifest = verify_bundle(generic)
+    manifest = verify_bundle(generic, sealed=True)
     known = ", ".join(p.name for p in candidates) or "none"
     return BundleChoice(manifest, f"no SKU bundle matches {gpu_name!r} (have: {known}); using the generic model")
