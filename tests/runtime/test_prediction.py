@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +92,27 @@ def test_derived_inputs_are_computed_from_counters_and_clocks(tmp_path: Path) ->
     assert x[0, 1] == pytest.approx(max(0.8 / 0.5, 0.5 / 0.8) + 1 - 0.8)
     assert x[0, 2] == pytest.approx(1.25)
     assert np.isnan(x[0, 3])
+
+
+def test_bundles_are_looked_for_where_every_kind_of_install_puts_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A venv, `pip install --user` and a system Python each put the wheel's models under another data root."""
+    import sysconfig
+
+    from gpoeo_rt.prediction import selection
+
+    user_root = tmp_path / "home" / ".local"
+    real_get_path = sysconfig.get_path
+
+    def get_path(name: str, scheme: str | None = None, *args: object, **kwargs: object) -> str:
+        if name == "data" and scheme is not None and scheme.endswith("_user"):
+            return str(user_root)
+        return real_get_path(name, scheme, *args, **kwargs) if scheme else real_get_path(name)
+
+    monkeypatch.setattr(sysconfig, "get_path", get_path)
+    monkeypatch.setenv("GPOEO_BUNDLES", str(tmp_path / "explicit"))
+    dirs = selection.default_bundle_dirs()
+    assert dirs[0] == tmp_path / "explicit"
+    assert user_root / "share" / "gpoeo" / "models" in dirs
+    assert Path(sys.prefix) / "share" / "gpoeo" / "models" in dirs

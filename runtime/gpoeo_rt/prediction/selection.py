@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,14 +20,25 @@ class BundleChoice:
     reason: str
 
 
+def _install_data_roots() -> list[Path]:
+    """Where an install puts the wheel's data files (`share/gpoeo/models`): this environment's prefix and the
+    user scheme (`pip install --user`: ~/.local) and Debian's /usr/local (pip on a system Python)."""
+    roots = [sys.prefix, sysconfig.get_path("data")]
+    for scheme in (f"{os.name}_user", "posix_local"):
+        if scheme in sysconfig.get_scheme_names():
+            roots.append(sysconfig.get_path("data", scheme))
+    return [Path(r) for r in dict.fromkeys(roots)]
+
+
 def default_bundle_dirs() -> list[Path]:
     """Where bundles are looked for, first match wins: $GPOEO_BUNDLES, then the repository's `models/` (source or
-    editable installs), then `<prefix>/share/gpoeo/models` (wheel installs)."""
+    editable installs), then `<data root>/share/gpoeo/models` for each root an install may use (wheel installs into
+    a venv, `--user` or a system Python)."""
     dirs = []
     if os.environ.get(BUNDLES_ENV):
         dirs.append(Path(os.environ[BUNDLES_ENV]))
     dirs.append(Path(__file__).resolve().parents[3] / "models")
-    dirs.append(Path(sys.prefix) / "share" / "gpoeo" / "models")
+    dirs.extend(root / "share" / "gpoeo" / "models" for root in _install_data_roots())
     return dirs
 
 
