@@ -226,6 +226,18 @@ def test_the_client_imports_without_numpy() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": "runtime"})
 
 
+def test_the_readme_callback_path_works_after_a_plain_import() -> None:
+    """README: `Trainer(callbacks=[gpoeo_rt.client.lightning.GpoeoStepMarker()])` after `import gpoeo_rt.client`."""
+    code = (
+        "import sys, gpoeo_rt.client; "
+        "assert 'gpoeo_rt.client.lightning' not in sys.modules; "
+        "m = gpoeo_rt.client.lightning; h = gpoeo_rt.client.huggingface; "
+        "assert m.__name__ == 'gpoeo_rt.client.lightning' and h.__name__ == 'gpoeo_rt.client.huggingface'; "
+        "assert not hasattr(gpoeo_rt.client, 'torch')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": "runtime"})
+
+
 # --- the daemon ------------------------------------------------------------------------------------------------
 
 
