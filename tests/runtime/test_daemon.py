@@ -392,8 +392,48 @@ def test_prometheus_endpoint_is_off_by_default_and_loopback_when_on(tmp_path: Pa
             threading.Event().wait(0.005)
         with urllib.request.urlopen(f"http://127.0.0.1:{daemon.prometheus_port}/metrics", timeout=5) as reply:
             text = reply.read().decode()
-        assert 'gpoeo_locked{gpus="0"' in text and "gpoeo_decisions_total" in text
         assert daemon._exporter.server_address[0] == "127.0.0.1"
     finally:
         daemon.request_stop()
         thread.join()
+    _check_exposition(text)
+
+
+def _check_exposition(text: str) -> None:
+    """Prometheus conventions: totals are counters, stable labels (gpus, uuid) on every series, the state as a
+    state set; and `promtool check metrics` passes where promtool is installed."""
+    import shutil
+    import subprocess
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["gpoeo_decisions"].type == "counter" and families["gpoeo_restarts"].type == "counter"
+    assert families["gpoeo_locked"].type == "gauge"
+    states = families["gpoeo_state"]
+    # A state set (one series per possible state, 1 for the current one), a gauge in the text format.
+    assert {s.labels["gpoeo_state"] for s in states.samples} >= {"profiling", "holding", "refused"}
+    assert sum(s.value for s in states.samples) == 1.0  # one state at a time
+    for family in families.values():
+        for sample in family.samples:
+            assert {"gpus", "uuid"} <= set(sample.labels), sample
+            assert sample.labels["uuid"].startswith("GPU-"), sample
+            assert family.name == "gpoeo_state" or "gpoeo_state" not in sample.labels, sample
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_grafana_dashboard_queries_only_metrics_the_exporter_serves() -> None:
+    import re
+
+    from gpoeo_rt.daemon.metrics import _COUNTERS, _GAUGES
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "packaging/grafana/gpoeo-rt.json").read_text())
+    served = {name for name, _, _ in _GAUGES} | {f"{name}_total" for name, _, _ in _COUNTERS}
+    served |= {"gpoeo_state", "gpoeo_mode"}
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    used = {m for expr in exprs for m in re.findall(r"\bgpoeo_[a-z_]+", expr)}
+    assert used and used <= served, used - served

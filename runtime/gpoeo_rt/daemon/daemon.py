@@ -560,6 +560,7 @@ class Daemon:
                 meter = w.meter
                 entry: dict[str, Any] = {
                     "gpus": w.indices,
+                    "uuid": w.device.uuid,
                     "name": w.device.name,
                     "mode": "advise" if w.advise else "control",
                     "simulated": self.config.simulate is not None,

@@ -1,7 +1,12 @@
-"""The optional Prometheus endpoint (`prometheus_port`): the daemon's status as gauges, read at scrape time.
+"""The optional Prometheus endpoint (`prometheus_port`): the daemon's status as metrics, read at scrape time.
 
 Off by default; when on, it binds `prometheus_addr` (127.0.0.1 unless the operator says otherwise). It only reads:
 nothing received over HTTP can reach the daemon's settings.
+
+Conventions (what `promtool check metrics` checks): totals are counters (`_total`), the rest gauges with their
+unit in the name; every series carries the stable labels `gpus` (NVML indices, "0" or "0,1" for a lockstep group)
+and `uuid`; what changes (the controller's state, the mode) is its own state-set metric, one series per possible
+value, so a state change moves a value instead of starting new series.
 """
 
 from __future__ import annotations
@@ -9,27 +14,42 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpoeo_rt.controller.state import State
+
 StatusFn = Callable[[], dict[str, Any]]
+Reader = Callable[[dict[str, Any]], Any]
+
+LABELS = ("gpus", "uuid")
+# The states a GPU entry of the status can report (daemon._worker_state: the controller's, or the worker's own).
+STATES: tuple[str, ...] = ("starting", *(s.value for s in State), "refused", "stuck", "failed")
+MODES: tuple[str, ...] = ("control", "advise")
+
+
+def _ratio(key: str) -> Reader:
+    return lambda g: None if g.get(key) is None else g[key] / 100.0
+
 
 # (metric name, help, how to read it from one GPU entry of the status)
-_GAUGES: tuple[tuple[str, str, Callable[[dict[str, Any]], Any]], ...] = (
+_GAUGES: tuple[tuple[str, str, Reader], ...] = (
     (
         "gpoeo_saving_ratio",
         "Measured energy per iteration saved so far (fraction, exploration included)",
-        lambda g: None if g["saving_so_far_pct"] is None else g["saving_so_far_pct"] / 100.0,
+        _ratio("saving_so_far_pct"),
     ),
-    (
-        "gpoeo_slowdown_ratio",
-        "Measured time per iteration lost so far (fraction)",
-        lambda g: None if g["slowdown_so_far_pct"] is None else g["slowdown_so_far_pct"] / 100.0,
-    ),
-    ("gpoeo_period_seconds", "Latest measured iteration period", lambda g: (g["now"] or {}).get("period_s")),
-    ("gpoeo_sm_clock_mhz", "SM clock in effect", lambda g: (g["clocks"] or [None, None])[0]),
-    ("gpoeo_mem_clock_mhz", "Memory clock in effect", lambda g: (g["clocks"] or [None, None])[1]),
-    ("gpoeo_locked", "1 while gpoeo holds a clock lock", lambda g: int(bool(g["locked"]))),
-    ("gpoeo_decisions_total", "Decisions taken", lambda g: g["decisions"]),
-    ("gpoeo_restarts_total", "Controller restarts after errors", lambda g: g["restarts"]),
+    ("gpoeo_slowdown_ratio", "Measured time per iteration lost so far (fraction)", _ratio("slowdown_so_far_pct")),
+    ("gpoeo_period_seconds", "Latest measured iteration period", lambda g: (g.get("now") or {}).get("period_s")),
+    ("gpoeo_sm_clock_megahertz", "SM clock in effect", lambda g: (g.get("clocks") or [None, None])[0]),
+    ("gpoeo_mem_clock_megahertz", "Memory clock in effect", lambda g: (g.get("clocks") or [None, None])[1]),
+    ("gpoeo_locked", "1 while gpoeo holds a clock lock", lambda g: int(bool(g.get("locked")))),
 )
+_COUNTERS: tuple[tuple[str, str, Reader], ...] = (
+    ("gpoeo_decisions", "Decisions taken by the GPU's controller", lambda g: g.get("decisions")),
+    ("gpoeo_restarts", "Controller restarts after errors", lambda g: g.get("restarts")),
+)
+
+
+def _labels(g: dict[str, Any]) -> list[str]:
+    return [",".join(map(str, g.get("gpus", []))), str(g.get("uuid", ""))]
 
 
 class _StatusCollector:
@@ -37,17 +57,29 @@ class _StatusCollector:
         self._status = status
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, StateSetMetricFamily
 
         gpus = self._status()["gpus"]
         for name, doc, read in _GAUGES:
-            family = GaugeMetricFamily(name, doc, labels=["gpus", "state", "mode"])
+            gauge = GaugeMetricFamily(name, doc, labels=list(LABELS))
             for g in gpus:
-                value = read(g)
-                if value is not None:
-                    labels = [",".join(map(str, g["gpus"])), str(g["state"]), str(g["mode"])]
-                    family.add_metric(labels, float(value))
-            yield family
+                if (value := read(g)) is not None:
+                    gauge.add_metric(_labels(g), float(value))
+            yield gauge
+        for name, doc, read in _COUNTERS:
+            counter = CounterMetricFamily(name, doc, labels=list(LABELS))
+            for g in gpus:
+                if (value := read(g)) is not None:
+                    counter.add_metric(_labels(g), float(value))
+            yield counter
+        for name, doc, key, values in (
+            ("gpoeo_state", "The GPU controller's state", "state", STATES),
+            ("gpoeo_mode", "control: gpoeo sets clocks; advise: it only recommends", "mode", MODES),
+        ):
+            states = StateSetMetricFamily(name, doc, labels=list(LABELS))
+            for g in gpus:
+                states.add_metric(_labels(g), {v: str(g.get(key)) == v for v in values})
+            yield states
 
 
 def start_exporter(status: StatusFn, port: int, addr: str = "127.0.0.1") -> tuple[Any, int]:
