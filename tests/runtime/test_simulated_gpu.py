@@ -31,7 +31,7 @@ from gpoeo_rt.sampling import Sampler
 from tests.runtime.sweep_rows import sweep_rows as _sweep_rows
 from tests.runtime.sweep_rows import write_sweep_csv
 
-QUIET = SimConfig(noise_w=0.0, iteration_jitter=0.0, drift_frac=0.0, counter_noise=0.0)
+QUIET = SimConfig(noise_frac=0.0, iteration_jitter=0.0, drift_frac=0.0, counter_noise=0.0)
 
 
 def _sim(
@@ -118,7 +118,7 @@ def test_writes_need_the_same_opt_in_as_real_hardware() -> None:
 
 
 def test_clock_change_takes_effect_after_the_settle_delay() -> None:
-    gpu = _sim(config=SimConfig(settle_s=0.5, noise_w=0.0, drift_frac=0.0))
+    gpu = _sim(config=SimConfig(settle_s=0.5, noise_frac=0.0, drift_frac=0.0))
     p_before = _mean_power(gpu, 5.0)
     t_set = gpu.now_s()
     gpu.lock_clocks(1005, 3201)
@@ -172,7 +172,7 @@ def test_phase_change() -> None:
 
 
 def test_slow_thermal_drift() -> None:
-    gpu = _sim(config=SimConfig(noise_w=0.0, drift_frac=0.04, drift_tau_s=120.0))
+    gpu = _sim(config=SimConfig(noise_frac=0.0, drift_frac=0.04, drift_tau_s=120.0))
     early = _mean_power(gpu, 10.0)
     gpu.clock.advance(600.0)
     late = _mean_power(gpu, 10.0)
