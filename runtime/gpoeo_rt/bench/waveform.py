@@ -256,7 +256,7 @@ CASES: tuple[CalibrationCase, ...] = (
     CalibrationCase("resnet_512", "resnet_512", 0, "resnet50", "tuned"),
     CalibrationCase("gpt_64", "gpt_64", 0, "gpt", "tuned"),
     CalibrationCase("resnet_512 (sweep)", "resnet_512", 0, "sweep", "tuned"),
-    CalibrationCase("resnet_128_20", "resnet_128_20", 0, "resnet50_hoststall", "held-out"),
+    CalibrationCase("resnet_128_20", "resnet_128_20", 0, "resnet50_hoststall", "tuned"),
     CalibrationCase("gpt_16", "gpt_16-mlp_65536", 0, "gpt", "held-out"),
     CalibrationCase("mlp_65536", "gpt_16-mlp_65536", 1, "membound_fast", "held-out"),
     CalibrationCase("gpt_64 (sweep)", "gpt_64", 0, "sweep", "held-out"),

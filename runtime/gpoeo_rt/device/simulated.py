@@ -64,6 +64,9 @@ class SimConfig:
     # over the last second is taken out again (recorded 1 s means scatter at 0.5-0.9x what independent noise gives).
     noise_cancel: float = 0.6
     iteration_jitter: float = 0.004  # relative std of iteration times
+    # The power the sensor reports follows the GPU's work with this time constant: a 20 ms host stall never
+    # reaches idle power, and the power ramps up again over the next busy part (as recorded).
+    power_lag_s: float = 0.009
     drift_frac: float = 0.03  # power rises by this fraction as the GPU warms up (leakage grows with heat)
     drift_tau_s: float = 240.0
     counter_noise: float = 0.005  # std of noise on counter fractions
@@ -85,6 +88,31 @@ _GPM_NAMES = re.compile(r"\b(g?h100|g?h200|h800|h20|g?b100|g?b200|g?b300)\b")
 def has_gpm(name: str) -> bool:
     """Whether a real GPU of this name (NVML name or sweep SKU, e.g. "NVIDIA H200", "tesla-v100") has NVML GPM."""
     return _GPM_NAMES.search(name.lower().replace("-", " ")) is not None
+
+
+_LAG_GRID = 512  # phase points per iteration of a lagged waveform
+
+
+def work_waveform(u: FloatArray, op: OperatingPoint) -> FloatArray:
+    """The GPU's power relative to the iteration mean at iteration phase u in [0, 1) (mean 1): the busy part's
+    profile, then the host stall (if the job has one) at low power."""
+    low = op.low_power_w / op.power_w if op.power_w > 0 else 1.0
+    if op.busy_fraction <= 0.0:
+        return np.full_like(u, low)
+    g = 1.0 - op.stall_share * (1.0 - op.busy_fraction)  # the rest of the low time hides in the busy part
+    high = (1.0 - (1.0 - g) * low) / g  # so the iteration mean is 1
+    busy_shape = 1.0 + op.modulation * busy_profile(np.minimum(u / g, 1.0), op.harmonic_decay)
+    return np.asarray(np.where(u < g, high * busy_shape, low), dtype=np.float64)
+
+
+def lagged_waveform(op: OperatingPoint, lag: float) -> FloatArray:
+    """work_waveform on _LAG_GRID phase points through a first-order lag of `lag` iterations, in its periodic
+    steady state (a circular convolution with the exponential kernel; the mean, i.e. the energy, is kept)."""
+    n = _LAG_GRID
+    x = work_waveform((np.arange(n) + 0.5) / n, op)
+    kernel = np.exp(-np.arange(n) / (n * lag))
+    kernel /= kernel.sum()
+    return np.asarray(np.fft.irfft(np.fft.rfft(x) * np.fft.rfft(kernel), n), dtype=np.float64)
 
 
 class _Checkpoint(NamedTuple):
@@ -270,6 +298,7 @@ class SimulatedGPU(GPU):
         self.stats = SimStats()
         self._ops: dict[_Regime, OperatingPoint] = {}
         self._blocks: dict[tuple[int, int], FloatArray] = {}
+        self._lagged: dict[int, tuple[OperatingPoint, FloatArray]] = {}  # the sensor's view of each op's waveform
 
         # Generated timeline: slot k is the buffered sample stamped t0 + (k + 1) * dt, averaging (t0 + k dt, +dt].
         self._n_slots = 0  # generated slots (may run ahead of now by up to lookahead_s)
@@ -423,14 +452,17 @@ class SimulatedGPU(GPU):
         return values[offset : offset + n]
 
     def _waveform(self, u: FloatArray, op: OperatingPoint) -> FloatArray:
-        """Power relative to the iteration mean at iteration phase u in [0, 1) (mean 1 over an iteration)."""
-        low = op.low_power_w / op.power_w if op.power_w > 0 else 1.0
-        if op.busy_fraction <= 0.0:
-            return np.full_like(u, low)
-        g = 1.0 - op.stall_share * (1.0 - op.busy_fraction)  # the rest of the low time hides in the busy part
-        high = (1.0 - (1.0 - g) * low) / g  # so the iteration mean is 1
-        busy_shape = 1.0 + op.modulation * busy_profile(np.minimum(u / g, 1.0), op.harmonic_decay)
-        return np.where(u < g, high * busy_shape, low)
+        """Power relative to the iteration mean at iteration phase u in [0, 1) (mean 1 over an iteration), as
+        the power sensor sees it (after its lag)."""
+        lag_s = self._config.power_lag_s
+        if lag_s <= 0.0:
+            return work_waveform(u, op)
+        cached = self._lagged.get(id(op))
+        if cached is None or cached[0] is not op:
+            cached = (op, lagged_waveform(op, lag_s / op.iteration_s))
+            self._lagged[id(op)] = cached
+        grid = cached[1]
+        return np.asarray(np.interp(u, (np.arange(len(grid)) + 0.5) / len(grid), grid, period=1.0), dtype=np.float64)
 
     def _segment_power(self, s0: float, s1: float, t: FloatArray, regime: _Regime) -> FloatArray:
         """Instantaneous power at times t in [s0, s1) where the regime is constant; advances the iteration state."""

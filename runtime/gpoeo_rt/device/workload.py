@@ -45,7 +45,7 @@ class OperatingPoint:
 
 # The busy profile of a typical training step, calibrated on a recorded ResNet-50 (docs/bench.md, "Simulator
 # waveform calibration"): the default of analytic and sweep-driven workloads alike.
-DEFAULT_MODULATION = 0.125
+DEFAULT_MODULATION = 0.14
 DEFAULT_HARMONIC_DECAY = 3.0
 _HARMONICS = 8
 # Fixed, irregular phases of the profile's harmonics (golden-ratio sequence): one reproducible shape family.
@@ -256,7 +256,7 @@ def preset_workload(name: str, spec: GPUSpec | None = None) -> AnalyticWorkload 
         return AnalyticWorkload(name, spec, 0.0502, 0.45, 0.12, 0.8, 0.45, busy, stall_share=1.0)
     if name == "gpt":  # 12-layer transformer LM, batch 64: mixed; a shallow profile spread over many harmonics
         busy = _busy(0.9, 0.35, 0.45, 0.1, 0.1, 0.0, 0.5)
-        return AnalyticWorkload(name, spec, 0.2568, 0.62, 0.33, 0.8, 0.6, busy, modulation=0.06, harmonic_decay=0.0)
+        return AnalyticWorkload(name, spec, 0.2568, 0.62, 0.33, 0.8, 0.6, busy, modulation=0.09, harmonic_decay=-0.4)
     if name == "membound":  # large-batch fp32 MLP: memory-bound
         return AnalyticWorkload(name, spec, 0.08, 0.15, 0.8, 0.5, 0.85, _busy(0.95, 0.6, 0.85, 0.0, 0.3, 0.0, 0.0))
     if name == "membound_fast":  # the same MLP at a small batch: 12 ms steps, too fast for the power signal
