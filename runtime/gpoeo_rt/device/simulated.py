@@ -2,7 +2,8 @@
 
 The GPU runs a schedule of workloads (phase changes: an eval loop, a new batch size) at clocks the caller locks;
 a lock takes effect after a settle delay. Power within each iteration follows a waveform (a busy part with the
-workload's own smooth profile, a host phase), with noise on each sample and a slow thermal drift. NVML's artefacts are
+workload's own smooth profile, a host stall where the job has one) through a short power lag, with noise on each
+sample and a slow thermal drift; docs/bench.md compares it with recorded H200 traces. NVML's artefacts are
 reproduced: buffered power samples every 20 ms, each the mean of a short window; a finite sample buffer; polled
 power, energy and counters that refresh only every 100 ms; counter snapshots need >= 100 ms between them.
 

@@ -23,6 +23,11 @@ import numpy as np
 from gpoeo_rt.device.base import ClockTable
 from gpoeo_rt.features import FEATURE_NAMES
 
+# The busy profile of a typical training step, calibrated on a recorded ResNet-50 (docs/bench.md, "Simulator
+# waveform calibration"): the default of analytic and sweep-driven workloads alike.
+DEFAULT_MODULATION = 0.14
+DEFAULT_HARMONIC_DECAY = 3.0
+
 
 @dataclass(frozen=True)
 class OperatingPoint:
@@ -36,17 +41,13 @@ class OperatingPoint:
     util_gpu: float  # fraction of time a kernel runs (what nvmlDeviceGetUtilizationRates reports, / 100)
     features: Mapping[str, float]  # feat_* fractions, NaN where the source has none
     # The busy part's power profile: busy mean x (1 + modulation x busy_profile(phase, harmonic_decay)).
-    modulation: float = 0.0
-    harmonic_decay: float = 1.0
+    modulation: float = DEFAULT_MODULATION
+    harmonic_decay: float = DEFAULT_HARMONIC_DECAY
     # Share of the low-power time that is one stall at the end of the iteration (a host stall); the rest is
     # spread over the busy part in gaps shorter than a 20 ms sample (launch gaps, overlapped host work).
-    stall_share: float = 1.0
+    stall_share: float = 0.0
 
 
-# The busy profile of a typical training step, calibrated on a recorded ResNet-50 (docs/bench.md, "Simulator
-# waveform calibration"): the default of analytic and sweep-driven workloads alike.
-DEFAULT_MODULATION = 0.14
-DEFAULT_HARMONIC_DECAY = 3.0
 _HARMONICS = 8
 # Fixed, irregular phases of the profile's harmonics (golden-ratio sequence): one reproducible shape family.
 _HARMONIC_PHASES = 2.0 * math.pi * ((np.arange(1, _HARMONICS + 1) * 0.6180339887) % 1.0)
