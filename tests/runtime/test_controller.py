@@ -22,7 +22,7 @@ from gpoeo_rt.controller import (
     State,
     jsonl_sink,
 )
-from gpoeo_rt.device import AnalyticWorkload, SimulatedGPU, h200_spec, preset_workload
+from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, h200_spec, preset_workload
 from gpoeo_rt.prediction.bundle import sha256_file, verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.sampling import PowerWindow, Sampler
@@ -254,17 +254,23 @@ def test_iterations_too_fast_to_resolve_stay_at_reference_with_a_logged_reason(p
     assert any(r["event"] == "retry_profile" for r in log)  # it tries again later
 
 
-def test_an_aliased_period_is_caught_and_the_clocks_go_back_to_reference(predictor: Predictor) -> None:
-    # 12 ms iterations sampled every 20 ms repeat every 60 ms (5 iterations = 3 samples): profiling finds that
-    # "period", but at a lower clock it moves the wrong way (faster), which no real iteration does.
+def _aliased_run(predictor: Predictor) -> tuple[SimulatedGPU, Controller, list[dict[str, object]]]:
+    # Without the sensor's power lag: the calibrated 9 ms lag smooths 12 ms iterations until no period shows at
+    # all (as on the recorded 9.8 ms MLP); a sharper signal is what can alias, and the guard must catch that.
     fast = AnalyticWorkload("aliased", SPEC, 0.012, 0.7, 0.2)
-    gpu = _gpu([(0.0, fast)])
+    gpu = SimulatedGPU([(0.0, fast)], allow_clock_writes=True, config=SimConfig(power_lag_s=0.0))
     log: list[dict[str, object]] = []
     controller = Controller(gpu, predictor=predictor, log=log.append)
     controller.run(200.0)
+    return gpu, controller, log
+
+
+def test_an_aliased_period_is_caught_and_the_clocks_go_back_to_reference(predictor: Predictor) -> None:
+    # 12 ms iterations sampled every 20 ms repeat every 60 ms (5 iterations = 3 samples): profiling finds that
+    # "period", but at a lower clock it moves the wrong way (faster), which no real iteration does.
+    gpu, controller, log = _aliased_run(predictor)
     fallback = [r for r in log if r["event"] == "fallback_reference"]
     assert fallback and "alias" in str(fallback[0]["reason"])
-    assert float(fallback[0]["t_s"]) < 30.0  # type: ignore[arg-type]
     # Both the aliased baseline (~60 ms) and the aliased probe (~49 ms) are above the 44 ms the 50 Hz samples
     # resolve, with confident detections: "both periods are resolvable" does not rule out an alias, which is why
     # a faster period at lower clocks is not trusted however long it is (docs/bench.md, "faster at lower clocks").
@@ -273,6 +279,18 @@ def test_an_aliased_period_is_caught_and_the_clocks_go_back_to_reference(predict
     assert float(fallback[0]["period_s"]) > 0.044  # type: ignore[arg-type]
     assert gpu.clock_writes[-1][1:] == DEFAULT and controller.clocks == DEFAULT
     assert all(w[0] <= float(fallback[0]["t_s"]) + 1e-3 for w in gpu.clock_writes)  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 16: on the calibrated waveform's noise the first 3 s window finds no period, profiling moves "
+    "to 6 s windows and the alias is caught at 39.7 s (13.8 s on the old clean waveform; seeds 0-9: median "
+    "30.2 s vs 21.9 s, 3 vs 6 of 10 within 30 s); the controller's profiling is being reworked in issue 17",
+)
+def test_an_aliased_period_is_caught_within_30_s(predictor: Predictor) -> None:
+    _, _, log = _aliased_run(predictor)
+    fallback = next(r for r in log if r["event"] == "fallback_reference")
+    assert float(fallback["t_s"]) < 30.0  # type: ignore[arg-type]
 
 
 def test_a_job_shorter_than_profiling_never_touches_the_clocks(predictor: Predictor) -> None:
@@ -287,7 +305,9 @@ def test_a_job_shorter_than_profiling_never_touches_the_clocks(predictor: Predic
 def test_the_pure_search_baseline_needs_no_model_and_stays_within_the_bound() -> None:
     gpu = _gpu("gpt", seed=6)
     controller = Controller(gpu, config=ControllerConfig(policy=Policy.SEARCH))
-    controller.run(200.0)
+    # On the transformer's realistic waveform (a weak fundamental, as recorded) profiling needs 12 s windows and
+    # the search converges at 278 s (30 s on the old clean waveform; issue 16's report has the figures).
+    controller.run(600.0)
     controller.stop()
     assert "converged" in _events(controller)
     slowdown, _ = _truth_ratios("gpt", gpu, seed=6)

@@ -23,11 +23,15 @@ from gpoeo_rt.sampling.markers import FloatArray, IntArray, no_markers
 from tests.runtime.sweep_rows import sweep_rows
 
 
-def _job(iteration_s: float, seed: int = 0, *, jitter: bool = True) -> SimulatedGPU:
-    preset = preset_workload("membound")
+def _job(
+    iteration_s: float, seed: int = 0, *, jitter: bool = True, preset_name: str = "membound", lag_s: float | None = None
+) -> SimulatedGPU:
+    preset = preset_workload(preset_name)
     assert isinstance(preset, AnalyticWorkload)
     workload = dataclasses.replace(preset, iteration_s=iteration_s)
-    return SimulatedGPU(workload, seed=seed, allow_clock_writes=True, config=SimConfig(subsample_jitter=jitter))
+    config = SimConfig(subsample_jitter=jitter)
+    config = config if lag_s is None else dataclasses.replace(config, power_lag_s=lag_s)
+    return SimulatedGPU(workload, seed=seed, allow_clock_writes=True, config=config)
 
 
 class _Window:
@@ -105,7 +109,11 @@ def test_simulated_markers_follow_the_iterations_with_a_small_delay_whatever_the
 
 
 def test_subsample_jitter_unaliases_a_10ms_job_and_is_off_by_default() -> None:
-    fixed, jittered = _job(0.01, seed=2, jitter=False), _job(0.01, seed=2, jitter=True)
+    # A host stall in each step and no sensor lag: a waveform with sharp edges, which fixed sampling instants
+    # alias (the calibrated waveform is smooth at 10 ms, a smooth profile through a 9 ms lag: 0.4% spread).
+    stall = "resnet50_hoststall"
+    fixed = _job(0.01, seed=2, jitter=False, preset_name=stall, lag_s=0.0)
+    jittered = _job(0.01, seed=2, preset_name=stall, lag_s=0.0)
     op_power = fixed.truth.operating_point(0.0).power_w
     for gpu in (fixed, jittered):
         gpu.clock.advance(60.0)

@@ -26,12 +26,13 @@ from gpoeo_rt.device import (
     parse_schedule,
     preset_workload,
 )
+from gpoeo_rt.device.simulated import lagged_waveform, work_waveform
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.sampling import Sampler
 from tests.runtime.sweep_rows import sweep_rows as _sweep_rows
 from tests.runtime.sweep_rows import write_sweep_csv
 
-QUIET = SimConfig(noise_w=0.0, iteration_jitter=0.0, drift_frac=0.0, counter_noise=0.0)
+QUIET = SimConfig(noise_frac=0.0, iteration_jitter=0.0, drift_frac=0.0, counter_noise=0.0)
 
 
 def _sim(
@@ -118,7 +119,7 @@ def test_writes_need_the_same_opt_in_as_real_hardware() -> None:
 
 
 def test_clock_change_takes_effect_after_the_settle_delay() -> None:
-    gpu = _sim(config=SimConfig(settle_s=0.5, noise_w=0.0, drift_frac=0.0))
+    gpu = _sim(config=SimConfig(settle_s=0.5, noise_frac=0.0, drift_frac=0.0))
     p_before = _mean_power(gpu, 5.0)
     t_set = gpu.now_s()
     gpu.lock_clocks(1005, 3201)
@@ -172,7 +173,7 @@ def test_phase_change() -> None:
 
 
 def test_slow_thermal_drift() -> None:
-    gpu = _sim(config=SimConfig(noise_w=0.0, drift_frac=0.04, drift_tau_s=120.0))
+    gpu = _sim(config=SimConfig(noise_frac=0.0, drift_frac=0.04, drift_tau_s=120.0))
     early = _mean_power(gpu, 10.0)
     gpu.clock.advance(600.0)
     late = _mean_power(gpu, 10.0)
@@ -353,3 +354,18 @@ def test_sweep_driven_gpu_from_csv(tmp_path: Path) -> None:
     assert len(samples) == 120
     energy = gpu.truth.energy_j(e1) - gpu.truth.energy_j(e0)
     assert energy / (e1 - e0) == pytest.approx(160.0 / 1.15, rel=0.01)
+
+
+def test_the_power_lag_keeps_each_iterations_energy_and_softens_a_host_stall() -> None:
+    op = preset_workload("resnet50_hoststall").operating_point(1980, 3201)
+    u = (np.arange(512) + 0.5) / 512
+    work = work_waveform(u, op)
+    seen = lagged_waveform(op, SimConfig().power_lag_s / op.iteration_s)
+    assert np.mean(seen) == pytest.approx(np.mean(work), rel=1e-9) and np.mean(work) == pytest.approx(1.0, rel=0.01)
+    low = op.low_power_w / op.power_w
+    assert np.min(work) == pytest.approx(low)
+    assert np.min(seen) > low + 0.05 and np.max(seen) < np.max(work)  # a 20 ms stall never reaches its low power
+    # Without a lag, the simulator samples the work waveform itself.
+    gpu = SimulatedGPU(preset_workload("resnet50_hoststall"), config=replace(QUIET, power_lag_s=0.0))
+    gpu.clock.advance(2.0)
+    assert np.min(gpu.power_samples_since(0.0).power_w) < op.low_power_w * 1.01

@@ -1,8 +1,9 @@
 """A simulated GPU that behaves like one, in simulated time.
 
 The GPU runs a schedule of workloads (phase changes: an eval loop, a new batch size) at clocks the caller locks;
-a lock takes effect after a settle delay. Power within each iteration follows a waveform (a compute burst, a
-lower tail, a host phase), with Gaussian measurement noise and a slow thermal drift. NVML's artefacts are
+a lock takes effect after a settle delay. Power within each iteration follows a waveform (a busy part with the
+workload's own smooth profile, a host stall where the job has one) through a short power lag, with noise on each
+sample and a slow thermal drift; docs/bench.md compares it with recorded H200 traces. NVML's artefacts are
 reproduced: buffered power samples every 20 ms, each the mean of a short window; a finite sample buffer; polled
 power, energy and counters that refresh only every 100 ms; counter snapshots need >= 100 ms between them.
 
@@ -32,13 +33,14 @@ import numpy.typing as npt
 from gpoeo_rt.device.base import GPU, ClockTable, CounterSnapshot, PolledReading, PowerSamples
 from gpoeo_rt.device.clock import SimClock
 from gpoeo_rt.device.errors import ClockWriteNotAllowedError, GPUInvalidArgumentError
-from gpoeo_rt.device.workload import GPUSpec, OperatingPoint, Workload, h200_spec
+from gpoeo_rt.device.workload import GPUSpec, OperatingPoint, Workload, busy_profile, h200_spec
 from gpoeo_rt.features import FEATURE_NAMES
 
 FloatArray = npt.NDArray[np.float64]
 
 _EPS = 1e-9
 _BLOCK = 4096  # random numbers per block
+_NOISE_CANCEL_S = 1.0  # the window over which sample noise partly averages out (SimConfig.noise_cancel)
 _STREAM_JITTER, _STREAM_NOISE, _STREAM_COUNTERS, _STREAM_SUBSAMPLE = 1, 2, 3, 4
 _UNIFORM_STREAMS = frozenset({_STREAM_SUBSAMPLE})  # streams of uniforms in [0, 1) instead of standard normals
 
@@ -56,12 +58,18 @@ class SimConfig:
     buffer_capacity: int = 120  # samples the driver keeps (~2.4 s at 50 Hz); older ones are lost
     refresh_period_s: float = 0.1  # polled power, energy and GPM counters refresh at 10 Hz
     settle_s: float = 0.05  # a clock lock takes effect this long after it is set
-    noise_w: float = 4.0  # std of Gaussian noise on each buffered sample
+    # Std of Gaussian noise on each buffered sample, relative to its power: what the recorded samples scatter
+    # around their mean iteration profile (kernel-level structure the 20 ms windows cut at random places).
+    noise_frac: float = 0.045
+    # That structure moves energy between samples rather than adding any: this share of the noise's running mean
+    # over the last second is taken out again (recorded 1 s means scatter at 0.5-0.9x what independent noise gives).
+    noise_cancel: float = 0.6
     iteration_jitter: float = 0.004  # relative std of iteration times
+    # The power the sensor reports follows the GPU's work with this time constant: a 20 ms host stall never
+    # reaches idle power, and the power ramps up again over the next busy part (as recorded).
+    power_lag_s: float = 0.009
     drift_frac: float = 0.03  # power rises by this fraction as the GPU warms up (leakage grows with heat)
     drift_tau_s: float = 240.0
-    burst_share: float = 0.7  # the first share of the busy part runs at burst_level x its mean, the rest lower
-    burst_level: float = 1.15
     counter_noise: float = 0.005  # std of noise on counter fractions
     gpm_min_interval_s: float = 0.1
     # Which counters the GPU presents: "realistic" = NVML GPM only where a real GPU of this name has it (Hopper
@@ -81,6 +89,31 @@ _GPM_NAMES = re.compile(r"\b(g?h100|g?h200|h800|h20|g?b100|g?b200|g?b300)\b")
 def has_gpm(name: str) -> bool:
     """Whether a real GPU of this name (NVML name or sweep SKU, e.g. "NVIDIA H200", "tesla-v100") has NVML GPM."""
     return _GPM_NAMES.search(name.lower().replace("-", " ")) is not None
+
+
+_LAG_GRID = 512  # phase points per iteration of a lagged waveform
+
+
+def work_waveform(u: FloatArray, op: OperatingPoint) -> FloatArray:
+    """The GPU's power relative to the iteration mean at iteration phase u in [0, 1) (mean 1): the busy part's
+    profile, then the host stall (if the job has one) at low power."""
+    low = op.low_power_w / op.power_w if op.power_w > 0 else 1.0
+    if op.busy_fraction <= 0.0:
+        return np.full_like(u, low)
+    g = 1.0 - op.stall_share * (1.0 - op.busy_fraction)  # the rest of the low time hides in the busy part
+    high = (1.0 - (1.0 - g) * low) / g  # so the iteration mean is 1
+    busy_shape = 1.0 + op.modulation * busy_profile(np.minimum(u / g, 1.0), op.harmonic_decay)
+    return np.asarray(np.where(u < g, high * busy_shape, low), dtype=np.float64)
+
+
+def lagged_waveform(op: OperatingPoint, lag: float) -> FloatArray:
+    """work_waveform on _LAG_GRID phase points through a first-order lag of `lag` iterations, in its periodic
+    steady state (a circular convolution with the exponential kernel; the mean, i.e. the energy, is kept)."""
+    n = _LAG_GRID
+    x = work_waveform((np.arange(n) + 0.5) / n, op)
+    kernel = np.exp(-np.arange(n) / (n * lag))
+    kernel /= kernel.sum()
+    return np.asarray(np.fft.irfft(np.fft.rfft(x) * np.fft.rfft(kernel), n), dtype=np.float64)
 
 
 class _Checkpoint(NamedTuple):
@@ -266,6 +299,7 @@ class SimulatedGPU(GPU):
         self.stats = SimStats()
         self._ops: dict[_Regime, OperatingPoint] = {}
         self._blocks: dict[tuple[int, int], FloatArray] = {}
+        self._lagged: dict[int, tuple[OperatingPoint, FloatArray]] = {}  # the sensor's view of each op's waveform
 
         # Generated timeline: slot k is the buffered sample stamped t0 + (k + 1) * dt, averaging (t0 + k dt, +dt].
         self._n_slots = 0  # generated slots (may run ahead of now by up to lookahead_s)
@@ -419,16 +453,17 @@ class SimulatedGPU(GPU):
         return values[offset : offset + n]
 
     def _waveform(self, u: FloatArray, op: OperatingPoint) -> FloatArray:
-        """Power relative to the iteration mean at iteration phase u in [0, 1) (mean 1 over an iteration)."""
-        g = op.busy_fraction
-        low = op.low_power_w / op.power_w if op.power_w > 0 else 1.0
-        if g <= 0.0:
-            return np.full_like(u, low)
-        high = (1.0 - (1.0 - g) * low) / g  # so the iteration mean is 1
-        cfg = self._config
-        tail = (1.0 - cfg.burst_share * cfg.burst_level) / (1.0 - cfg.burst_share)
-        busy_shape = np.where(u < g * cfg.burst_share, cfg.burst_level, tail)
-        return np.where(u < g, high * busy_shape, low)
+        """Power relative to the iteration mean at iteration phase u in [0, 1) (mean 1 over an iteration), as
+        the power sensor sees it (after its lag)."""
+        lag_s = self._config.power_lag_s
+        if lag_s <= 0.0:
+            return work_waveform(u, op)
+        cached = self._lagged.get(id(op))
+        if cached is None or cached[0] is not op:
+            cached = (op, lagged_waveform(op, lag_s / op.iteration_s))
+            self._lagged[id(op)] = cached
+        grid = cached[1]
+        return np.asarray(np.interp(u, (np.arange(len(grid)) + 0.5) / len(grid), grid, period=1.0), dtype=np.float64)
 
     def _segment_power(self, s0: float, s1: float, t: FloatArray, regime: _Regime) -> FloatArray:
         """Instantaneous power at times t in [s0, s1) where the regime is constant; advances the iteration state."""
@@ -522,12 +557,27 @@ class SimulatedGPU(GPU):
         if cfg.drift_frac:  # slow: one factor per sample is plenty
             slot_t = self._t0 + (np.arange(first, target) + 0.5) * dt
             true_w *= 1.0 + cfg.drift_frac * (1.0 - np.exp(-(slot_t - self._t0) / cfg.drift_tau_s))
-        noise = self._normals(_STREAM_NOISE, first, target - first) * cfg.noise_w
+        noise = self._sample_noise(first, target) * cfg.noise_frac * true_w
         self._measured_w.extend(np.maximum(true_w + noise, 0.0))
         energy0 = float(self._cum_energy_j.slice(first, first + 1)[0])
         self._cum_energy_j.extend(energy0 + np.cumsum(true_w) * dt)
         self._n_slots = target
         self._trim()
+
+    def _sample_noise(self, first: int, target: int) -> FloatArray:
+        """Unit noise of slots first..target-1: standard normals less noise_cancel x their running mean over the
+        last second (a function of the slot index only, so regenerating a stretch gives the same values)."""
+        cfg = self._config
+        z = self._normals(_STREAM_NOISE, first, target - first)
+        if not cfg.noise_cancel:
+            return z
+        span = max(1, round(_NOISE_CANCEL_S / cfg.sample_period_s))
+        lead = min(first, span - 1)
+        zz = self._normals(_STREAM_NOISE, first - lead, target - first + lead)
+        csum = np.concatenate(([0.0], np.cumsum(zz)))
+        stop = np.arange(lead + 1, len(zz) + 1)  # the running mean ends at each slot (inclusive)
+        start = np.maximum(stop - span, 0)
+        return np.asarray(z - cfg.noise_cancel * (csum[stop] - csum[start]) / (stop - start), dtype=np.float64)
 
     def _trim(self) -> None:
         cfg = self._config

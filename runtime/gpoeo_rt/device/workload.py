@@ -23,6 +23,11 @@ import numpy as np
 from gpoeo_rt.device.base import ClockTable
 from gpoeo_rt.features import FEATURE_NAMES
 
+# The busy profile of a typical training step, calibrated on a recorded ResNet-50 (docs/bench.md, "Simulator
+# waveform calibration"): the default of analytic and sweep-driven workloads alike.
+DEFAULT_MODULATION = 0.14
+DEFAULT_HARMONIC_DECAY = 3.0
+
 
 @dataclass(frozen=True)
 class OperatingPoint:
@@ -35,6 +40,28 @@ class OperatingPoint:
     low_power_w: float
     util_gpu: float  # fraction of time a kernel runs (what nvmlDeviceGetUtilizationRates reports, / 100)
     features: Mapping[str, float]  # feat_* fractions, NaN where the source has none
+    # The busy part's power profile: busy mean x (1 + modulation x busy_profile(phase, harmonic_decay)).
+    modulation: float = DEFAULT_MODULATION
+    harmonic_decay: float = DEFAULT_HARMONIC_DECAY
+    # Share of the low-power time that is one stall at the end of the iteration (a host stall); the rest is
+    # spread over the busy part in gaps shorter than a 20 ms sample (launch gaps, overlapped host work).
+    stall_share: float = 0.0
+
+
+_HARMONICS = 8
+# Fixed, irregular phases of the profile's harmonics (golden-ratio sequence): one reproducible shape family.
+_HARMONIC_PHASES = 2.0 * math.pi * ((np.arange(1, _HARMONICS + 1) * 0.6180339887) % 1.0)
+
+
+def busy_profile(x: np.ndarray, harmonic_decay: float) -> np.ndarray:
+    """A zero-mean, unit-RMS periodic profile over the busy part (x in [0, 1]): harmonics 1.._HARMONICS with
+    amplitudes n**-harmonic_decay. A large decay is one smooth swell per iteration (a clean spectral line, as
+    ResNet-50 shows); a small one spreads the variation over many harmonics (as the transformer shows)."""
+    n = np.arange(1, _HARMONICS + 1, dtype=np.float64)
+    amplitude = n**-harmonic_decay
+    amplitude /= math.sqrt(0.5 * float(np.sum(amplitude**2)))
+    x = np.asarray(x, dtype=np.float64)
+    return np.asarray(np.cos(2.0 * math.pi * np.multiply.outer(x, n) + _HARMONIC_PHASES) @ amplitude, dtype=np.float64)
 
 
 class Workload(Protocol):
@@ -125,6 +152,9 @@ class AnalyticWorkload:
     busy_features: Mapping[str, float] = field(default_factory=dict)
     ref_sm_clock_mhz: float | None = None  # default: the GPU's default clocks
     ref_mem_clock_mhz: float | None = None
+    modulation: float = DEFAULT_MODULATION  # relative RMS of the busy part's power profile (see busy_profile)
+    harmonic_decay: float = DEFAULT_HARMONIC_DECAY
+    stall_share: float = 0.0  # share of the host time that is one stall per iteration (OperatingPoint)
 
     def __post_init__(self) -> None:
         if not (self.iteration_s > 0 and self.compute_share >= 0 and self.memory_share >= 0):
@@ -179,7 +209,17 @@ class AnalyticWorkload:
             name: min(1.0, float(bf[name]) * scale[name]) * busy_fraction if name in bf else math.nan
             for name in FEATURE_NAMES
         }
-        return OperatingPoint(iteration_s, power_w, busy_fraction, low_w, busy_fraction, _features(features))
+        return OperatingPoint(
+            iteration_s,
+            power_w,
+            busy_fraction,
+            low_w,
+            busy_fraction,
+            _features(features),
+            self.modulation,
+            self.harmonic_decay,
+            self.stall_share,
+        )
 
 
 @dataclass(frozen=True)
@@ -213,9 +253,11 @@ def preset_workload(name: str, spec: GPUSpec | None = None) -> AnalyticWorkload 
             name, spec, 0.1042, 0.78, 0.17, 0.85, 0.45, _busy(0.92, 0.45, 0.35, 0.05, 0.15, 0.0, 0.4)
         )
     if name == "resnet50_hoststall":  # batch 128 with a 20 ms host stall per step
-        return AnalyticWorkload(name, spec, 0.0502, 0.45, 0.12, 0.8, 0.45, _busy(0.9, 0.4, 0.35, 0.05, 0.15, 0.0, 0.35))
-    if name == "gpt":  # 12-layer transformer LM, batch 64: mixed
-        return AnalyticWorkload(name, spec, 0.2568, 0.62, 0.33, 0.8, 0.6, _busy(0.9, 0.35, 0.45, 0.1, 0.1, 0.0, 0.5))
+        busy = _busy(0.9, 0.4, 0.35, 0.05, 0.15, 0.0, 0.35)
+        return AnalyticWorkload(name, spec, 0.0502, 0.45, 0.12, 0.8, 0.45, busy, stall_share=1.0)
+    if name == "gpt":  # 12-layer transformer LM, batch 64: mixed; a shallow profile spread over many harmonics
+        busy = _busy(0.9, 0.35, 0.45, 0.1, 0.1, 0.0, 0.5)
+        return AnalyticWorkload(name, spec, 0.2568, 0.62, 0.33, 0.8, 0.6, busy, modulation=0.09, harmonic_decay=-0.4)
     if name == "membound":  # large-batch fp32 MLP: memory-bound
         return AnalyticWorkload(name, spec, 0.08, 0.15, 0.8, 0.5, 0.85, _busy(0.95, 0.6, 0.85, 0.0, 0.3, 0.0, 0.0))
     if name == "membound_fast":  # the same MLP at a small batch: 12 ms steps, too fast for the power signal
@@ -288,6 +330,9 @@ class SweepWorkload:
         iteration_s: float | None = None,
         busy_fraction: float = 0.85,
         low_power_ratio: float = 0.45,
+        modulation: float = DEFAULT_MODULATION,
+        harmonic_decay: float = DEFAULT_HARMONIC_DECAY,
+        stall_share: float = 0.0,
         table: Literal["measured", "grid"] = "measured",
         sm_step_mhz: int = 15,
     ) -> None:
@@ -299,6 +344,9 @@ class SweepWorkload:
         self._time_scale = iteration_s / ref_time_s if iteration_s else 1.0
         self._busy_fraction = busy_fraction
         self._low_power_ratio = low_power_ratio
+        self._modulation = modulation
+        self._harmonic_decay = harmonic_decay
+        self._stall_share = stall_share
         self._table = self._make_table(table, sm_step_mhz)
 
     @classmethod
@@ -405,6 +453,9 @@ class SweepWorkload:
             power_w * self._low_power_ratio,
             util,
             features,
+            self._modulation,
+            self._harmonic_decay,
+            self._stall_share,
         )
 
 
