@@ -76,6 +76,8 @@ class ControllerConfig:
     max_window_s: float = 60.0
     max_period_s: float = 10.0  # longer periods are treated as "no period" (GPOEO's aperiodic)
     period_agreement: float = 0.02  # two profiling windows must agree this closely (harmonic locks are rare)
+    # ... or, for jittery iterations, as closely as chance allows (see Controller._agreement), up to this.
+    max_jitter_agreement: float = 0.10
     max_profile_failures: int = 3  # windows without a period before the aperiodic fallback
     # Step markers give a window's period when at least this many whole iterations were marked and the markers
     # span this share of the window (else the power signal does, unless the phase's baseline came from markers).
@@ -424,6 +426,17 @@ class Controller:
             return detect_period(t_s, power_w, config=detector)
         return detect_period(t_s, power_w, min_period_s=min_period_s, max_period_s=max_period_s or cfg.max_period_s)
 
+    def _agreement(self, a: PeriodEstimate, b: PeriodEstimate) -> float:
+        """How closely two windows' periods must agree to be one phase's: period_agreement for steady iterations;
+        for jittery ones (a spread of single iteration times was measured), also what two means over that many
+        iterations differ by, by chance (3 sigma), up to max_jitter_agreement (well short of a harmonic's 33%)."""
+        cfg = self.config
+        chance = 0.0
+        if a.period_s and b.period_s and a.window_s > 0 and b.window_s > 0:
+            spread = max(a.spread, b.spread)
+            chance = 3.0 * spread * math.sqrt(a.period_s / a.window_s + b.period_s / b.window_s)
+        return max(cfg.period_agreement, min(chance, cfg.max_jitter_agreement))
+
     def _has_markers(self, window: PowerWindow) -> bool:
         """Enough step markers in this window to time it by them."""
         return self._estimate([window], timing=MARKERS).ok
@@ -478,7 +491,7 @@ class Controller:
             # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate.
             if prev is not None and prev[0].period_s is not None and prev[0].timing == m.timing:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
-                if gap <= cfg.period_agreement:
+                if gap <= self._agreement(prev[0].estimate, est):
                     return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
@@ -488,7 +501,7 @@ class Controller:
                 "period_candidate",
                 State.PROFILING,
                 f"period {est.period_s * 1e3:.2f} ms ({est.timing}); waiting for a second window that agrees within "
-                f"{cfg.period_agreement * 100:.0f}%",
+                f"{self._agreement(est, est) * 100:.0f}%",
                 **info,
             )
         self._prof_prev = None
@@ -541,7 +554,9 @@ class Controller:
         # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
         timing = m2.estimate.timing
         joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
-        if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self.config.period_agreement:
+        if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
+            m1.estimate, m2.estimate
+        ):
             period = joint.period_s
         power = self._window_power([w1, w2], period if timing == MARKERS else None)
         info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power, "timing": timing}
@@ -848,7 +863,7 @@ class Controller:
                 window.t_s,
                 window.power_w,
                 level_tolerance=cfg.level_tolerance,
-                period_tolerance=cfg.period_tolerance,
+                period_tolerance=max(cfg.period_tolerance, self._agreement(self._hold_ref, self._hold_ref)),
                 config=detector,
                 estimate=est if marked else None,
             )

@@ -123,6 +123,29 @@ class DetectorConfig:
     # amplified by only P/dt - 1: 1.2x at 44 ms, 1.5x at 50 ms (50 Hz). Below this amplification a wander within
     # the band says nothing about which of the two it is, so such periods must hold still to be reported.
     wander_min_amplification: float = 1.4
+    # Jittery iterations (host stalls, data loading: iteration times spread by tens of %) have no period that
+    # folds: the phase diffuses within a few cycles. When the fold finds none, the mean iteration time is counted
+    # instead (see _count_cycles): the power is band-passed around the fundamental (a Gaussian of this relative
+    # width, wide enough for a jitter-broadened line, narrow enough to leave out half and double the frequency)
+    # and its analytic phase counts cycles over the window.
+    count_band: float = 0.4
+    count_min_cycles: float = 15.0  # cycles a counted window must hold
+    count_min_band_share: float = 0.2  # variance share of the band-passed fundamental
+    count_max_slips: float = 0.01  # share of samples where the phase runs backwards (noise, no cycle)
+    count_max_spread: float = 0.6  # relative std of the counted cycle lengths (uniform +-50%: 0.29)
+    # Share of the variance explained by the waveform folded on the counted phase: a real jittery job keeps its
+    # waveform from cycle to cycle, so this stays high; noise and slow wandering do not.
+    count_min_phase_r2: float = 0.5
+    # ... of which harmonics 2-4 (on the counted phase) must explain this share: an alias of faster iterations is
+    # one aliased line whose other harmonics alias elsewhere, incoherent with it, while a real waveform keeps them.
+    count_min_harmonic_r2: float = 0.03
+    # An alias of faster iterations shows as one near-sinusoidal line (the 9.8 ms MLP's at 50 Hz: band share
+    # 0.71-0.86, real jittery waveforms 0.46-0.70) whose cycle lengths wander (an alias's rate wanders as the
+    # true rate does, amplified: 8-cycle means keep 0.16-0.74 of the single cycles' spread, against 0.2-0.47 for
+    # independent stalls). Counted windows beyond either bound are not trusted. Set on the shared traces' MLP
+    # phases and tuning jobs only: the margin is thin, see docs/jitter.md.
+    count_max_band_share: float = 0.7
+    count_max_wander: float = 0.4
 
 
 @dataclass(frozen=True)
@@ -190,6 +213,9 @@ class PeriodEstimate:
     # INSUFFICIENT_DATA, or APERIODIC for a period that wanders (see DetectorConfig.wander_*): a window that would do
     suggested_window_s: float | None = None
     timing: str = "signal"  # where the period came from: "signal" (power samples) or "markers" (step markers)
+    # Relative std of single iteration times in the window, where it was measured (counted cycles, markers): what
+    # two windows' mean periods may differ by, by chance, is this over the square root of their cycles.
+    spread: float = 0.0
 
     @property
     def n_periods(self) -> float:
@@ -622,11 +648,25 @@ def detect_period(
 def detect_period_uniform(
     sig: UniformSignal, config: DetectorConfig | None = None, *, reference: UniformSignal | None = None
 ) -> PeriodEstimate:
-    """`detect_period` on an already-cleaned uniform signal (what phase detection slides over).
+    """`detect_period` on an already-cleaned uniform signal.
 
     reference: interval-average power (see `average_power_from_energy`) covering the same time, or None.
+    A window without a period that folds (aperiodic, or varying from sample to sample) is then counted: the mean
+    iteration time of jittery iterations (see `_count_cycles`).
     """
     cfg = config or DetectorConfig()
+    est = _detect_folded(sig, cfg, reference)
+    if est.ok or est.verdict not in (Verdict.APERIODIC, Verdict.TOO_SHORT) or sig.held or _ENERGY_ALIAS in est.message:
+        return est
+    counted = _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
+    return est if counted is None else counted
+
+
+_ENERGY_ALIAS = "the alias of iterations faster"
+
+
+def _detect_folded(sig: UniformSignal, cfg: DetectorConfig, reference: UniformSignal | None) -> PeriodEstimate:
+    """The fold path: one period that explains every sub-window (the module docstring's steps 3-8)."""
     x = np.asarray(sig.values, dtype=np.float64)
     dt = sig.dt_s
     n = len(x)
@@ -901,8 +941,8 @@ def _validate(
         return base.make(
             Verdict.TOO_SHORT,
             f"a {period * 1e3:.1f} ms pattern is present, but the energy counter's {reference.dt_s * 1e3:.0f} ms "
-            f"averages vary only {ratio * 100:.0f}% as much at that period as a real waveform would: it is the "
-            f"alias of iterations faster than the {_t_lo_ms(base)} ms the {dt * 1e3:.0f} ms sampling resolves",
+            f"averages vary only {ratio * 100:.0f}% as much at that period as a real waveform would: it is "
+            f"{_ENERGY_ALIAS} than the {_t_lo_ms(base)} ms the {dt * 1e3:.0f} ms sampling resolves",
             **extra,
         )
     if ratio is None and sig.held:
@@ -972,3 +1012,161 @@ def _with_bounds(
 
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Jittery iterations: counting cycles
+
+
+@dataclass(frozen=True)
+class _Count:
+    period: float  # mean cycle length over the counted span
+    cycles: float
+    band_share: float  # variance share of the band-passed fundamental
+    slips: float  # share of samples where the phase ran backwards
+    spread: float  # relative std of single cycle lengths
+    phase_r2: float  # variance explained by the waveform folded on the counted phase
+    harmonic_r2: float  # ... by its harmonics 2-4 alone
+    sub_periods: tuple[float, ...]
+    wander: float = 0.0
+
+
+def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | None:
+    """Count the cycles of y near `period`: band-pass around 1/period (flat within +-band, steep outside, so a
+    jittered fundamental passes and its second harmonic does not), take the analytic signal's unwrapped phase,
+    and fold the samples on that phase (does each counted cycle carry the same waveform?)."""
+    n = len(y)
+    trim = math.ceil(period / dt)
+    if n - 2 * trim < 16:
+        return None
+    nfft = 1 << math.ceil(math.log2(2 * n))
+    spectrum = np.fft.fft(y - y.mean(), nfft)
+    f = np.fft.fftfreq(nfft, dt)
+    f0 = 1.0 / period
+    gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (band * f0)) ** 4), 0.0)
+    z = np.fft.ifft(spectrum * gain)[:n]
+    phase = np.unwrap(np.angle(z))
+    var = float(y.var())
+    if var <= 0:
+        return None
+    lo, hi = trim, n - 1 - trim
+    cycles = (phase[hi] - phase[lo]) / (2.0 * math.pi)
+    if cycles <= 3:
+        return None
+    mean_period = (hi - lo) * dt / cycles
+    core = slice(lo, hi + 1)
+    band_share = float(np.mean(np.abs(z[core]) ** 2) / 2.0 / var)
+    slips = float(np.mean(np.diff(phase[core]) <= 0.0))
+    # Cycle lengths: where the phase crosses whole turns.
+    mono = np.maximum.accumulate(phase[core])
+    turns = np.arange(math.ceil(mono[0] / (2 * math.pi)), math.floor(mono[-1] / (2 * math.pi)) + 1) * 2 * math.pi
+    crossings = np.interp(turns, mono, np.arange(lo, hi + 1) * dt)
+    lengths = np.diff(crossings)
+    spread = float(lengths.std() / lengths.mean()) if len(lengths) >= 3 and lengths.mean() > 0 else math.inf
+    # How much cycle lengths wander (each against the mean of the 8 around it) versus how much they vary.
+    dev = lengths - lengths.mean()
+    wander = (
+        float(np.convolve(dev, np.ones(8) / 8, mode="valid").std() / max(float(dev.std()), 1e-12))
+        if len(lengths) >= 16
+        else 0.0
+    )
+    # Fold on the counted phase: least squares on its first 4 harmonics.
+    ph = phase[core]
+    yc = y[core] - y[core].mean()
+    total = float(yc @ yc)
+    if total <= 0:
+        return None
+    basis = np.column_stack([fn(k * ph) for k in range(1, 5) for fn in (np.cos, np.sin)])
+    coef, *_ = np.linalg.lstsq(basis, yc, rcond=None)
+    fit = basis * coef
+    phase_r2 = float((fit.sum(axis=1) ** 2).sum() / total)
+    harmonic_r2 = float((fit[:, 2:].sum(axis=1) ** 2).sum() / total)
+    quarters = np.linspace(lo, hi, 5).astype(int)
+    subs = tuple(
+        float((b - a) * dt * 2.0 * math.pi / (phase[b] - phase[a])) if phase[b] > phase[a] else math.inf
+        for a, b in itertools.pairwise(quarters)
+    )
+    return _Count(mean_period, cycles, band_share, slips, spread, phase_r2, harmonic_r2, subs, wander)
+
+
+def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig) -> PeriodEstimate | None:
+    """The mean iteration time of a window whose iterations jitter too much for any period to fold, or None.
+
+    The fundamental is the band with the most power (a jittered line is broad, its harmonics broader still);
+    the fundamental may also lie a half or a third below it (a waveform strongest at its 2nd or 3rd harmonic), so
+    those are counted too, and the one whose counted phase explains the samples best (the shortest within 10%)
+    wins. It must then hold enough cycles, carry a real share of the variance, count without slips, keep its
+    waveform (harmonics included: see DetectorConfig.count_*) and lie above the sampling's floor.
+    """
+    y = _detrend(x, _DETREND_DEGREE)
+    n = len(y)
+    window = n * dt
+    t_lo = failed.min_resolvable_s
+    t_hi = min(cfg.max_period_s, window / cfg.count_min_cycles)
+    if not (math.isfinite(t_lo) and t_hi > t_lo):
+        return None
+    nfft = 1 << math.ceil(math.log2(4 * n))
+    power = np.abs(np.fft.rfft(y * np.hanning(n), nfft)) ** 2
+    freqs = np.fft.rfftfreq(nfft, dt)
+    centers = np.geomspace(1.0 / t_hi, 1.0 / t_lo, 160)
+    weights = np.exp(-0.5 * ((freqs[None, :] - centers[:, None]) / (cfg.count_band * centers[:, None])) ** 2)
+    captured = weights @ power / weights.sum(axis=1)  # mean power in each band: a broad line stands out
+    peak = float(centers[int(np.argmax(captured))])
+    counts = [
+        c
+        for k in (1, 2, 3)
+        if t_lo <= k / peak <= t_hi and (c := _count_at(y, dt, k / peak, cfg.count_band)) is not None
+    ]
+    counts = [c for c in counts if t_lo <= c.period <= t_hi]
+    if not counts:
+        return None
+    best = max(c.phase_r2 for c in counts)
+    c = min((c for c in counts if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
+    # Re-count centred on the counted period (the band's centre may have been off by a good part of its width,
+    # which cuts the fastest or slowest cycles out of the band) until it settles.
+    for _ in range(4):
+        again = _count_at(y, dt, c.period, cfg.count_band)
+        if again is None:
+            break
+        settled = abs(again.period / c.period - 1.0) < 0.002
+        c = again
+        if settled:
+            break
+    problems = []
+    if c.cycles < cfg.count_min_cycles:
+        problems.append(f"{c.cycles:.1f} cycles")
+    if c.band_share < cfg.count_min_band_share:
+        problems.append(f"band share {c.band_share:.2f}")
+    if c.slips > cfg.count_max_slips:
+        problems.append(f"{c.slips * 100:.1f}% phase slips")
+    if c.spread > cfg.count_max_spread:
+        problems.append(f"cycle spread {c.spread * 100:.0f}%")
+    if c.phase_r2 < cfg.count_min_phase_r2:
+        problems.append(f"phase fold r2 {c.phase_r2:.2f}")
+    if c.band_share > cfg.count_max_band_share:
+        problems.append(f"a near-sinusoidal line (band share {c.band_share:.2f}), as an alias is")
+    if c.wander > cfg.count_max_wander:
+        problems.append(f"cycle lengths wander ({c.wander:.2f}), as an alias's do")
+    if c.harmonic_r2 < cfg.count_min_harmonic_r2:
+        problems.append(f"harmonic r2 {c.harmonic_r2:.3f}")
+    if not t_lo <= c.period <= t_hi:
+        problems.append("out of range")
+    if problems:
+        return None
+    conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
+    return replace(
+        failed,
+        period_s=c.period,
+        confidence=float(np.clip(conf, 0.0, 1.0)),
+        verdict=Verdict.OK,
+        message=(
+            f"mean period {c.period * 1e3:.2f} ms, counted ({c.cycles:.0f} cycles, jittery: single cycles spread "
+            f"{c.spread * 100:.0f}%, fold on the counted phase r2 {c.phase_r2:.2f}; no period folds: "
+            f"{failed.message})"
+        ),
+        fold_r2=c.phase_r2,
+        sub_periods_s=c.sub_periods,
+        sub_fold_r2=(),
+        suggested_window_s=None,
+        spread=c.spread,
+    )
