@@ -8,8 +8,9 @@ a start is "ok" when profiling gives a baseline within 20 s whose period is with
 time over the baseline's own windows; "off>5%" counts baselines more than 5% off; "late" a baseline after 20 s.
 
 Two sets: "tuned" (the jobs the thresholds were looked at on: data/traces/h200 resnet_512 and gpt_16 phases,
-uniform stalls, 60/100/200 ms) and "held-out" (data/traces/h200-live gpt_64 and resnet_512, and the shared
-resnet_128_20, at 50/150/300/500 ms, uniform and heavy-tailed stalls), never looked at while tuning.
+uniform stalls, 50-200 ms) and "held-out" (data/traces/h200-live gpt_64 and resnet_512, the shared resnet_128_20
+and gpt_64, at 50-500 ms, uniform and heavy-tailed stalls). Each recorded iteration is squeezed or stretched at
+most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 Usage: python scripts/bench_jitter.py [--set tuned|held-out|all] [--rows] [--out DIR]
@@ -37,24 +38,32 @@ OFFSETS_S = (0.5, 7.3, 14.1, 21.7, 29.9)
 DEADLINE_S = 20.0
 
 
+# (trace, phase, its recorded iteration time): the compute part of a job is one recorded iteration, time-scaled
+# by at most MAX_SQUEEZE faster (squeezing a 50 Hz recording puts content above what it recorded) or slower.
+TUNED = ((TRACES / "h200/resnet_512", 0, 0.104), (TRACES / "h200/gpt_16-mlp_65536", 0, 0.072))
+HELD_OUT = (
+    (TRACES / "h200-live/gpt_64", 0, 0.261),
+    (TRACES / "h200-live/resnet_512", 0, 0.1045),
+    (TRACES / "h200/resnet_128_20", 0, 0.0502),
+    (TRACES / "h200/gpt_64", 0, 0.2568),
+)
+MAX_SQUEEZE = 2.0
+
+
 def specs(which: str) -> list[JitterSpec]:
-    out: list[JitterSpec] = []
-    if which in ("tuned", "all"):
-        sources = [(TRACES / "h200/resnet_512", 0), (TRACES / "h200/gpt_16-mlp_65536", 0)]
-        for (src, ph), period, jitter in itertools.product(sources, (0.06, 0.1, 0.2), JITTERS):
-            out.append(JitterSpec(src, ph, period, jitter, "uniform"))
-    if which in ("held-out", "all"):
-        sources = [
-            (TRACES / "h200-live/gpt_64", 0),
-            (TRACES / "h200-live/resnet_512", 0),
-            (TRACES / "h200/resnet_128_20", 0),
-        ]
-        for (src, ph), period, jitter, tail in itertools.product(
-            sources, (0.05, 0.15, 0.3, 0.5), JITTERS, ("uniform", "heavy")
-        ):
-            if jitter == 0.0 and tail == "heavy":
-                continue
-            out.append(JitterSpec(src, ph, period, jitter, tail, seed=1))
+    """The jobs of one set (see the module docstring)."""
+    if which == "tuned":
+        grid = itertools.product(TUNED, (0.05, 0.06, 0.1, 0.2), JITTERS, ("uniform",))
+        seed = 0
+    else:
+        grid = itertools.product(HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), JITTERS, ("uniform", "heavy"))
+        seed = 1
+    out = []
+    for (src, ph, recorded), period, jitter, tail in grid:
+        scale = period * (1.0 - jitter) / recorded
+        if (jitter == 0.0 and tail == "heavy") or not 1.0 / MAX_SQUEEZE <= scale <= MAX_SQUEEZE:
+            continue
+        out.append(JitterSpec(src, ph, period, jitter, tail, seed=seed))
     return out
 
 

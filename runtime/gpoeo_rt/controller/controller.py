@@ -488,8 +488,11 @@ class Controller:
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
-            # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate.
-            if prev is not None and prev[0].period_s is not None and prev[0].timing == m.timing:
+            # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate. And
+            # only by one method: a folded period and a counted one are different evidence (on the 9.8 ms MLP
+            # phases, a rare folded alias and a rare counted one could otherwise pair up).
+            same_kind = prev is not None and (prev[0].timing, prev[0].estimate.method) == (m.timing, est.method)
+            if prev is not None and prev[0].period_s is not None and same_kind:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
                 if gap <= self._agreement(prev[0].estimate, est):
                     return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)

@@ -128,24 +128,34 @@ class DetectorConfig:
     # instead (see _count_cycles): the power is band-passed around the fundamental (a Gaussian of this relative
     # width, wide enough for a jitter-broadened line, narrow enough to leave out half and double the frequency)
     # and its analytic phase counts cycles over the window.
-    count_band: float = 0.4
-    count_min_cycles: float = 15.0  # cycles a counted window must hold
+    count_band: float = 0.3
+    count_center: float = 0.85  # the band's centre, as a share of the cycle length (see _count_near)
+    count_agreement: float = 0.02
+    # Cycles of fewer samples than this are not counted: with iterations spread +-30%, a 50 ms job's shortest are
+    # under two samples, and cycles go missing (on the tuning jobs the counts of 50-60 ms jobs ran 3-10% long).
+    count_min_samples: float = 3.0
+    count_min_cycles: float = 12.0  # cycles a counted window must hold
     count_min_band_share: float = 0.2  # variance share of the band-passed fundamental
-    count_max_slips: float = 0.01  # share of samples where the phase runs backwards (noise, no cycle)
-    count_max_spread: float = 0.6  # relative std of the counted cycle lengths (uniform +-50%: 0.29)
+    count_max_slips: float = 0.003  # share of samples where the phase runs backwards (a lost or doubtful cycle)
+    count_max_spread: float = 0.3  # relative std of the counted cycle lengths (uniform +-50%: 0.29)
     # Share of the variance explained by the waveform folded on the counted phase: a real jittery job keeps its
     # waveform from cycle to cycle, so this stays high; noise and slow wandering do not.
     count_min_phase_r2: float = 0.5
     # ... of which harmonics 2-4 (on the counted phase) must explain this share: an alias of faster iterations is
     # one aliased line whose other harmonics alias elsewhere, incoherent with it, while a real waveform keeps them.
     count_min_harmonic_r2: float = 0.03
-    # An alias of faster iterations shows as one near-sinusoidal line (the 9.8 ms MLP's at 50 Hz: band share
-    # 0.71-0.86, real jittery waveforms 0.46-0.70) whose cycle lengths wander (an alias's rate wanders as the
-    # true rate does, amplified: 8-cycle means keep 0.16-0.74 of the single cycles' spread, against 0.2-0.47 for
-    # independent stalls). Counted windows beyond either bound are not trusted. Set on the shared traces' MLP
-    # phases and tuning jobs only: the margin is thin, see docs/jitter.md.
-    count_max_band_share: float = 0.7
-    count_max_wander: float = 0.4
+    # An alias of faster iterations is one aliased line whose frequency the iteration rate's wander modulates
+    # smoothly: the counted phase follows it, so the samples fold on it cleanly although its cycles vary in
+    # length, whereas jitter from iteration to iteration blurs the fold as much as it spreads the cycles. On the
+    # 9.8 ms MLP phases at 50 Hz the aliases fold at r2 0.73-0.90 with cycles spread 8-34%; the tuning jobs fold at
+    # 0.42-0.80, those above 0.75 spread under 8% (+-10% jobs). A count folding at >= clean_r2 with cycles spread
+    # >= clean_spread, or a near-pure line (band share above max), or cycle lengths that wander (8-cycle means
+    # keeping more than max_wander of the single cycles' spread: independent stalls keep ~0.35) is not trusted.
+    # Set on the shared traces' MLP phases and the tuning jobs: the margin is thin (see docs/jitter.md).
+    count_clean_r2: float = 0.75
+    count_clean_spread: float = 0.08
+    count_max_band_share: float = 0.8
+    count_max_wander: float = 0.6
 
 
 @dataclass(frozen=True)
@@ -216,6 +226,9 @@ class PeriodEstimate:
     # Relative std of single iteration times in the window, where it was measured (counted cycles, markers): what
     # two windows' mean periods may differ by, by chance, is this over the square root of their cycles.
     spread: float = 0.0
+    # How the signal's period was found: "fold" (one period explains every sub-window) or "count" (cycles of
+    # jittery iterations counted, see _count_cycles); markers: "markers".
+    method: str = "fold"
 
     @property
     def n_periods(self) -> float:
@@ -658,8 +671,7 @@ def detect_period_uniform(
     est = _detect_folded(sig, cfg, reference)
     if est.ok or est.verdict not in (Verdict.APERIODIC, Verdict.TOO_SHORT) or sig.held or _ENERGY_ALIAS in est.message:
         return est
-    counted = _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
-    return est if counted is None else counted
+    return _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
 
 
 _ENERGY_ALIAS = "the alias of iterations faster"
@@ -1028,7 +1040,8 @@ class _Count:
     phase_r2: float  # variance explained by the waveform folded on the counted phase
     harmonic_r2: float  # ... by its harmonics 2-4 alone
     sub_periods: tuple[float, ...]
-    wander: float = 0.0
+    wander: float = 0.0  # std of 8-cycle means / std of single cycles (independent cycles: ~0.35)
+    agreement: float = 0.0  # relative difference of counts at two band centres (see _count_near)
 
 
 def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | None:
@@ -1045,7 +1058,7 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | 
     f0 = 1.0 / period
     gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (band * f0)) ** 4), 0.0)
     z = np.fft.ifft(spectrum * gain)[:n]
-    phase = np.unwrap(np.angle(z))
+    phase = _stall_aware_phase(z, _stalls(y, period / dt))
     var = float(y.var())
     if var <= 0:
         return None
@@ -1089,70 +1102,58 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | 
     return _Count(mean_period, cycles, band_share, slips, spread, phase_r2, harmonic_r2, subs, wander)
 
 
-def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig) -> PeriodEstimate | None:
-    """The mean iteration time of a window whose iterations jitter too much for any period to fold, or None.
+def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig) -> PeriodEstimate:
+    """The mean iteration time of a window whose iterations jitter too much for any period to fold; else `failed`
+    with the reason counting did not help appended.
 
-    The fundamental is the band with the most power (a jittered line is broad, its harmonics broader still);
-    the fundamental may also lie a half or a third below it (a waveform strongest at its 2nd or 3rd harmonic), so
-    those are counted too, and the one whose counted phase explains the samples best (the shortest within 10%)
-    wins. It must then hold enough cycles, carry a real share of the variance, count without slips, keep its
-    waveform (harmonics included: see DetectorConfig.count_*) and lie above the sampling's floor.
+    The fundamental is near one of the bands with the most power (a jittered line is broad, its harmonics broader
+    still), or a half or a third below one (a waveform strongest at its 2nd or 3rd harmonic): each is counted
+    (once more centred on what it counted) and checked (DetectorConfig.count_*); of those that pass, the one
+    whose counted phase explains the samples best wins, the shortest within 10% of it (a multiple of the period
+    folds as well).
     """
     y = _detrend(x, _DETREND_DEGREE)
     n = len(y)
     window = n * dt
-    t_lo = failed.min_resolvable_s
+    t_lo = max(failed.min_resolvable_s, cfg.count_min_samples * dt)
     t_hi = min(cfg.max_period_s, window / cfg.count_min_cycles)
     if not (math.isfinite(t_lo) and t_hi > t_lo):
-        return None
+        return failed
     nfft = 1 << math.ceil(math.log2(4 * n))
     power = np.abs(np.fft.rfft(y * np.hanning(n), nfft)) ** 2
     freqs = np.fft.rfftfreq(nfft, dt)
     centers = np.geomspace(1.0 / t_hi, 1.0 / t_lo, 160)
-    weights = np.exp(-0.5 * ((freqs[None, :] - centers[:, None]) / (cfg.count_band * centers[:, None])) ** 2)
+    weights = np.exp(-0.5 * ((freqs[None, :] - centers[:, None]) / (cfg.count_band * centers[:, None])) ** 4)
     captured = weights @ power / weights.sum(axis=1)  # mean power in each band: a broad line stands out
-    peak = float(centers[int(np.argmax(captured))])
-    counts = [
-        c
-        for k in (1, 2, 3)
-        if t_lo <= k / peak <= t_hi and (c := _count_at(y, dt, k / peak, cfg.count_band)) is not None
-    ]
-    counts = [c for c in counts if t_lo <= c.period <= t_hi]
-    if not counts:
-        return None
-    best = max(c.phase_r2 for c in counts)
-    c = min((c for c in counts if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
-    # Re-count centred on the counted period (the band's centre may have been off by a good part of its width,
-    # which cuts the fastest or slowest cycles out of the band) until it settles.
-    for _ in range(4):
-        again = _count_at(y, dt, c.period, cfg.count_band)
-        if again is None:
-            break
-        settled = abs(again.period / c.period - 1.0) < 0.002
-        c = again
-        if settled:
-            break
-    problems = []
-    if c.cycles < cfg.count_min_cycles:
-        problems.append(f"{c.cycles:.1f} cycles")
-    if c.band_share < cfg.count_min_band_share:
-        problems.append(f"band share {c.band_share:.2f}")
-    if c.slips > cfg.count_max_slips:
-        problems.append(f"{c.slips * 100:.1f}% phase slips")
-    if c.spread > cfg.count_max_spread:
-        problems.append(f"cycle spread {c.spread * 100:.0f}%")
-    if c.phase_r2 < cfg.count_min_phase_r2:
-        problems.append(f"phase fold r2 {c.phase_r2:.2f}")
-    if c.band_share > cfg.count_max_band_share:
-        problems.append(f"a near-sinusoidal line (band share {c.band_share:.2f}), as an alias is")
-    if c.wander > cfg.count_max_wander:
-        problems.append(f"cycle lengths wander ({c.wander:.2f}), as an alias's do")
-    if c.harmonic_r2 < cfg.count_min_harmonic_r2:
-        problems.append(f"harmonic r2 {c.harmonic_r2:.3f}")
-    if not t_lo <= c.period <= t_hi:
-        problems.append("out of range")
-    if problems:
-        return None
+    is_peak = np.concatenate(([True], captured[1:] > captured[:-1])) & np.concatenate(
+        (captured[:-1] >= captured[1:], [True])
+    )
+    peaks = centers[is_peak][np.argsort(captured[is_peak])[::-1][:3]]
+    starts = {round(k / float(f), 6) for f in peaks for k in (1, 2, 3)}
+    # Also where the fold's sub-windows put the period, and the autocorrelation's first peak.
+    if failed.sub_periods_s:
+        starts.add(round(float(np.median(failed.sub_periods_s)), 6))
+    lag = _acf_peak(y)
+    if lag:
+        starts.add(round(lag * dt, 6))
+    passed: list[_Count] = []
+    rejected: list[str] = []
+    for period in sorted(starts):
+        if not t_lo <= period <= t_hi:
+            continue
+        c = _count_near(y, dt, period, cfg)
+        if c is None:
+            continue
+        problems = _count_problems(c, t_lo, t_hi, cfg)
+        if problems:
+            rejected.append(f"{c.period * 1e3:.1f} ms ({', '.join(problems)})")
+        else:
+            passed.append(c)
+    if not passed:
+        why = "; counting cycles found none: " + ("; ".join(rejected[:3]) if rejected else "no candidate")
+        return replace(failed, message=failed.message + why)
+    best = max(c.phase_r2 for c in passed)
+    c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
     return replace(
         failed,
@@ -1169,4 +1170,93 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
         sub_fold_r2=(),
         suggested_window_s=None,
         spread=c.spread,
+        method="count",
     )
+
+
+def _stalls(y: FloatArray, samples_per_cycle: float) -> npt.NDArray[np.bool_]:
+    """Samples inside a long stall: the power's mean over 0.6 cycle stays well under its overall mean."""
+    k = max(2, round(0.6 * samples_per_cycle))
+    if len(y) < 2 * k:
+        return np.zeros(len(y), dtype=bool)
+    mean = np.convolve(y, np.ones(k) / k, mode="same")
+    return np.asarray(mean < float(y.mean()) - 0.8 * float(y.std()), dtype=bool)
+
+
+def _stall_aware_phase(z: npt.NDArray[np.complex128], stalled: npt.NDArray[np.bool_], quiet: float = 0.3) -> FloatArray:
+    """Unwrapped phase of the analytic signal z, except across stalls and quiet stretches (amplitude under `quiet`
+    x its median): a long host stall is the wait of one iteration, but the band-passed signal keeps ringing
+    through it at the band's frequency and would count phantom cycles. Across such a stretch the phase advances
+    only by what brings it to where it is afterwards, less whole turns (at most one cycle)."""
+    phase = np.unwrap(np.angle(z))
+    amp = np.abs(z)
+    low = (amp < quiet * float(np.median(amp))) | stalled
+    if not low.any():
+        return np.asarray(phase, dtype=np.float64)
+    step = np.diff(phase)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], low.astype(np.int8), [0]))))
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        # Samples a..b-1 are quiet: the steps from a-1 to b (clipped to the signal) become one step.
+        i, j = max(a - 1, 0), min(b, len(phase) - 1)
+        if j <= i:
+            continue
+        total = float(phase[j] - phase[i])
+        kept = total % (2.0 * math.pi)
+        step[i:j] = kept / (j - i)
+    return np.asarray(np.concatenate(([phase[0]], phase[0] + np.cumsum(step))), dtype=np.float64)
+
+
+def _count_near(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Count | None:
+    """Count cycles near `period` with the band centred a little faster than the cycles (count_center): there the
+    count holds (on the tuning jobs, within 0.5% for centres at 0.8-0.95 of the mean cycle), while a band centred
+    slower loses the shortest cycles and counts too few, an error that grows as the centre follows it. Centred
+    again on what it counted; then counted at two centres of that reliable range, which must agree."""
+    c = _count_at(y, dt, cfg.count_center * period, cfg.count_band)
+    if c is None:
+        return None
+    c = _count_at(y, dt, cfg.count_center * c.period, cfg.count_band) or c
+    lo = _count_at(y, dt, (cfg.count_center - 0.07) * c.period, cfg.count_band)
+    hi = _count_at(y, dt, (cfg.count_center + 0.07) * c.period, cfg.count_band)
+    if lo is None or hi is None:
+        return None
+    return replace(c, agreement=abs(hi.period / lo.period - 1.0))
+
+
+def _acf_peak(y: FloatArray) -> int | None:
+    """Lag (samples) of the autocorrelation's highest peak after its first zero crossing, within three times that
+    crossing: for jittery iterations a broad peak at the mean cycle."""
+    n = len(y)
+    nfft = 1 << math.ceil(math.log2(2 * n))
+    f = np.fft.rfft(y - y.mean(), nfft)
+    acf = np.fft.irfft(np.abs(f) ** 2, nfft)[: n // 2]
+    if acf[0] <= 0:
+        return None
+    below = np.flatnonzero(acf < 0)
+    if len(below) == 0:
+        return None
+    z = int(below[0])
+    seg = acf[z : min(3 * z, len(acf))]
+    if len(seg) < 2 or seg.max() <= 0.05 * acf[0]:
+        return None
+    return z + int(np.argmax(seg))
+
+
+def _count_problems(c: _Count, t_lo: float, t_hi: float, cfg: DetectorConfig) -> list[str]:
+    """Why a count cannot be trusted (empty: it can)."""
+    checks = [
+        (c.cycles < cfg.count_min_cycles, f"{c.cycles:.1f} cycles"),
+        (c.band_share < cfg.count_min_band_share, f"band share {c.band_share:.2f}"),
+        (c.slips > cfg.count_max_slips, f"phase slips at {c.slips * 100:.1f}% of samples"),
+        (c.spread > cfg.count_max_spread, f"cycle spread {c.spread * 100:.0f}%"),
+        (c.phase_r2 < cfg.count_min_phase_r2, f"phase fold r2 {c.phase_r2:.2f}"),
+        (c.band_share > cfg.count_max_band_share, f"a near-sinusoidal line (band share {c.band_share:.2f})"),
+        (c.wander > cfg.count_max_wander, f"cycle lengths wander ({c.wander:.2f})"),
+        (
+            c.phase_r2 >= cfg.count_clean_r2 and c.spread >= cfg.count_clean_spread,
+            f"a clean fold (r2 {c.phase_r2:.2f}) on cycles spread {c.spread * 100:.0f}%, as an alias's are",
+        ),
+        (c.harmonic_r2 < cfg.count_min_harmonic_r2, f"harmonic r2 {c.harmonic_r2:.3f}"),
+        (not t_lo <= c.period <= t_hi, "out of range"),
+        (c.agreement > cfg.count_agreement, f"counts at two band centres differ by {c.agreement * 100:.1f}%"),
+    ]
+    return [why for bad, why in checks if bad]
