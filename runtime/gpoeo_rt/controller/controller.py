@@ -569,7 +569,8 @@ class Controller:
             else math.nan
             for name in FEATURE_NAMES
         }
-        baseline = Baseline(period, power, mean_counters, timing)
+        confidence = min(m1.estimate.confidence, m2.estimate.confidence)
+        baseline = Baseline(period, power, mean_counters, timing, confidence, m2.estimate.method)
         self._baseline = baseline
         cfg = self.config
         for record in self.phases:
