@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpoeo_rt.detection.period import detect_period
+from gpoeo_rt.detection.period import detect_period, period_persists
 from gpoeo_rt.detection.phase import has_changed
 from tests.runtime.synth import Job, sample
 
@@ -58,3 +58,18 @@ def test_unjudgeable_window_is_not_a_change() -> None:
     ref = detect_period(*sample(Job(period_s=0.15, duration_s=10.0, noise_w=10)))
     v = has_changed(ref, [0.0, 0.02], [1.0, 2.0])
     assert not v.changed and v.reason.startswith("cannot judge")
+
+
+def test_a_held_period_that_still_folds_is_no_change_but_a_multiple_of_a_new_one_is() -> None:
+    """A window whose own search fails (a wandering period) but that still folds at the reference's period is the
+    same phase; a new job whose iterations are a third as long folds at the old period too, as a multiple."""
+    ref = detect_period(*sample(Job(period_s=0.25, duration_s=10.0, noise_w=5, seed=1)))
+    assert ref.period_s is not None
+    t, p = sample(Job(period_s=0.25, duration_s=5.0, noise_w=5, seed=2, wander=0.02, jitter=0.02))
+    kept, how = period_persists(t, p, ref.period_s, tolerance=0.1)
+    assert kept is not None and abs(kept / 0.25 - 1.0) < 0.05, how
+    t, p = sample(Job(period_s=0.25 / 3, duration_s=5.0, noise_w=5, seed=3, shape="sharp_dip"))
+    kept, how = period_persists(t, p, ref.period_s, tolerance=0.1)
+    assert kept is None and "multiple" in how
+    t, p = sample(Job(period_s=0.009, duration_s=5.0, noise_w=10, seed=4, wander=0.01))
+    assert period_persists(t, p, ref.period_s, tolerance=0.1)[0] is None

@@ -44,6 +44,7 @@ from gpoeo_rt.detection import (
     detect_period,
     has_changed,
     period_from_markers,
+    period_persists,
     window_for_periods,
 )
 from gpoeo_rt.device.base import GPU
@@ -894,6 +895,16 @@ class Controller:
             return self._reprofile(
                 "markers_appeared", "the job sends step markers now: re-profiling to time it by them", **info
             )
+        lost = self._hold_ref is None or est.verdict is Verdict.INSUFFICIENT_DATA  # has_changed did not judge it
+        if lost and m.period_s is None and not marked:
+            # The window's own search failed; the phase's period (as expected at these clocks) may still show.
+            kept, how = period_persists(window.t_s, window.power_w, expected, tolerance=cfg.period_tolerance)
+            if kept is not None:
+                est = replace(est, period_s=kept, verdict=Verdict.OK, message=f"{est.message}; the period {how}")
+                m = self._reduce(window, est)
+                info.update(period_s=m.period_s, timing=m.timing)
+                info["measured_time_ratio"] = self._baseline.time_ratio(kept)
+                info["measured_energy_ratio"] = self._baseline.energy_ratio(kept, m.power_w)
         if est.verdict is Verdict.INSUFFICIENT_DATA and est.suggested_window_s:
             changed, why = True, f"a longer period than expected may be present: {est.message}"
             self._hold_window_s = min(cfg.max_window_s, est.suggested_window_s)

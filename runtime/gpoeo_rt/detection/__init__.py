@@ -12,6 +12,7 @@ from gpoeo_rt.detection.period import (
     detect_period_uniform,
     fold_r2,
     min_resolvable_period,
+    period_persists,
     prepare_signal,
     window_for_periods,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "has_changed",
     "min_resolvable_period",
     "period_from_markers",
+    "period_persists",
     "prepare_signal",
     "window_for_periods",
 ]

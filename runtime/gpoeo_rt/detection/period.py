@@ -1265,3 +1265,64 @@ def _count_problems(c: _Count, t_lo: float, t_hi: float, cfg: DetectorConfig) ->
         (c.agreement > cfg.count_agreement, f"counts at two band centres differ by {c.agreement * 100:.1f}%"),
     ]
     return [why for bad, why in checks if bad]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Holding: does a known period still show?
+
+
+def period_persists(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    period_s: float,
+    *,
+    tolerance: float,
+    config: DetectorConfig | None = None,
+) -> tuple[float | None, str]:
+    """The period near `period_s` (within `tolerance`) that a window without a period of its own still shows (None:
+    it does not), and how.
+
+    A window's own search must find a period among all candidates and prove it across sub-windows; a phase that
+    goes on only has to keep the one it had. It still shows when the best fold within the tolerance explains as
+    much as a reported period must (min_fold_r2 plus the few-cycles term, as in detection; there is no
+    look-elsewhere effect here, the period is known) and is no multiple of a shorter one; or, for jittery
+    iterations, when counting near it finds the cycles: enough of them, without slips, in a real share of the
+    variance (the checks that tell a count from an alias, and a precise one from a rough one, were passed when the
+    phase was profiled). Host-stall jobs whose iteration time wanders lose their period's sub-window test
+    now and then while nothing changed (looped H200 recordings: 14 false phase changes in 16 half-hours); a new
+    workload at the same power level does not fold or count at the old period."""
+    cfg = config or DetectorConfig()
+    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
+    seg = prep.longest
+    if seg is None or seg.n < 32 or seg.held or not period_s > 0:
+        return None, "no usable samples"
+    if seg.duration_s < cfg.min_cycles * period_s:
+        return None, f"the window holds under {cfg.min_cycles:g} periods"
+    y = _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
+    t_lo = min_resolvable_period(seg.dt_s, nyquist_guard=cfg.nyquist_guard)
+    spec = _Spectrum(y, seg.dt_s)
+    p, r2 = _refine(spec, period_s, tolerance)
+    why = f"folds at r2 {r2:.2f} at most near {period_s * 1e3:.1f} ms"
+    if r2 >= cfg.min_fold_r2 + cfg.few_cycles_r2 * p / seg.duration_s:
+        # A multiple of any shorter period folds as well: the waveform must not sit on a submultiple's harmonics
+        # (a new job whose iterations are a third as long, say).
+        choice = _choose_fundamental(spec, (p, r2), t_lo, cfg)
+        if not choice.issue and abs(choice.period / p - 1.0) <= tolerance:
+            return p, f"still folds at {p * 1e3:.1f} ms (r2 {r2:.2f})"
+        why = f"{p * 1e3:.1f} ms folds, but as a multiple of {choice.period * 1e3:.1f} ms"
+    c = _count_near(y, seg.dt_s, period_s, cfg)
+    if c is None:
+        return None, why
+    t_lo = max(t_lo, cfg.count_min_samples * seg.dt_s)
+    problems = [
+        problem
+        for problem in _count_problems(c, t_lo, seg.duration_s / cfg.count_min_cycles, cfg)
+        if not problem.startswith(
+            ("a clean fold", "cycle lengths wander", "a near-sinusoidal", "counts at two", "phase fold", "harmonic")
+        )
+    ]
+    if abs(c.period / period_s - 1.0) > tolerance:
+        problems.append(f"counts {c.period * 1e3:.1f} ms")
+    if not problems:
+        return c.period, f"still counts {c.period * 1e3:.1f} ms"
+    return None, f"{why}; counting: {', '.join(problems)}"

@@ -5,11 +5,11 @@ controller itself, so what it prints is what the daemon concludes; see bench/rep
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy.typing as npt
 
-from gpoeo_rt.detection.period import DetectorConfig, PeriodEstimate, Verdict, detect_period
+from gpoeo_rt.detection.period import DetectorConfig, PeriodEstimate, Verdict, detect_period, period_persists
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,22 @@ def has_changed(
             f"{est.period_s * 1e3:.1f} ms)"  # type: ignore[operator]
         )
     if reference.period_s is not None and est.period_s is None and est.verdict is not Verdict.ALIAS_RISK:
-        reasons.append(f"the period ({reference.period_s * 1e3:.1f} ms) is gone: {est.verdict.value}")
+        # The window's own search failed; a period that still shows is no change (see period_persists).
+        kept, how = (
+            (None, "")
+            if estimate is not None
+            else period_persists(t_s, power_w, reference.period_s, tolerance=period_tolerance, config=config)
+        )
+        if kept is None:
+            why = f" ({how})" if how else ""
+            reasons.append(f"the period ({reference.period_s * 1e3:.1f} ms) is gone: {est.verdict.value}{why}")
+        elif not reasons:
+            message = f"{est.message}; the period {how}"
+            est = replace(
+                est, period_s=kept, verdict=Verdict.OK, confidence=0.5 * reference.confidence, message=message
+            )
+            change = abs(kept - reference.period_s) / reference.period_s
+            return ChangeVerdict(False, f"same level; the period {how}", level_change, change, est)
     if reference.period_s is None and est.period_s is not None:
         reasons.append(f"a period appeared ({est.period_s * 1e3:.1f} ms)")
     if reasons:
