@@ -243,7 +243,10 @@ def _daemon_conclusions(folder: Path, predictor: Predictor) -> list[tuple[str, f
     ]
 
 
-@pytest.mark.parametrize("folder", [*BUFFERED, SHARED / "polled10ms-gpt_16"], ids=lambda p: f"{p.parent.name}/{p.name}")
+ALL_TRACES = sorted(d for root in (SHARED, LIVE) for d in root.iterdir() if d.is_dir())
+
+
+@pytest.mark.parametrize("folder", ALL_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_trace_detect_prints_what_the_daemon_concludes(folder: Path, predictor: Predictor) -> None:
     """`gpoeo-rt trace detect --json` and the controller's own decision log agree on every conclusion."""
     result = CliRunner().invoke(app, ["trace", "detect", str(folder), "--json", "--bundles", str(MODELS)])
