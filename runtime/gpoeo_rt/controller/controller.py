@@ -571,7 +571,8 @@ class Controller:
             for name in FEATURE_NAMES
         }
         confidence = min(m1.estimate.confidence, m2.estimate.confidence)
-        baseline = Baseline(period, power, mean_counters, timing, confidence, m2.estimate.method)
+        spread = max(m1.estimate.spread, m2.estimate.spread)
+        baseline = Baseline(period, power, mean_counters, timing, confidence, m2.estimate.method, spread)
         self._baseline = baseline
         cfg = self.config
         for record in self.phases:
@@ -853,7 +854,7 @@ class Controller:
             return self._reprofile("retry_profile", f"re-profiling after the fallback ({self._fallback_reason})")
         assert self._baseline is not None
         expected = self._expected_held_period()
-        window = self._measure(self._hold_window_s or self._window_for(expected))
+        window = self._measure(self._hold_window_s or self._hold_window_for(expected))
         self._hold_window_s = None
         detector = DetectorConfig(min_period_s=0.55 * expected, max_period_s=cfg.max_period_s)
         marked = self._baseline.timing == MARKERS
@@ -936,6 +937,14 @@ class Controller:
         )
         self._check_interval_s = min(2.0 * self._check_interval_s, cfg.max_check_interval_s)
         return self._decide("hold", State.HOLDING, reason, **info)
+
+    def _hold_window_for(self, period_s: float) -> float:
+        """A hold window: as any (_window_for), and for jittery iterations long enough that its mean period stays
+        within period_tolerance of the phase's by chance (3 sigma of the difference of two such means)."""
+        assert self._baseline is not None
+        cfg = self.config
+        cycles = 2.0 * (3.0 * self._baseline.spread / cfg.period_tolerance) ** 2
+        return min(cfg.max_window_s, max(self._window_for(period_s), cycles * period_s))
 
     def _time_limit(self) -> float:
         """The time ratio the guard holds the job to: 1 + max_slowdown for the energy objective. edp and ed2p

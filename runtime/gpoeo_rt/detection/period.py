@@ -664,12 +664,14 @@ def detect_period_uniform(
     """`detect_period` on an already-cleaned uniform signal.
 
     reference: interval-average power (see `average_power_from_energy`) covering the same time, or None.
-    A window without a period that folds (aperiodic, or varying from sample to sample) is then counted: the mean
-    iteration time of jittery iterations (see `_count_cycles`).
+    A window without a period that folds (aperiodic, varying from sample to sample, or hinting at a longer one) is
+    then counted: the mean iteration time of jittery iterations (see `_count_cycles`).
     """
     cfg = config or DetectorConfig()
     est = _detect_folded(sig, cfg, reference)
-    if est.ok or est.verdict not in (Verdict.APERIODIC, Verdict.TOO_SHORT) or sig.held or _ENERGY_ALIAS in est.message:
+    # (INSUFFICIENT_DATA too: a jittery job's stalls put power at long periods, which then ask for a longer window)
+    countable = (Verdict.APERIODIC, Verdict.TOO_SHORT, Verdict.INSUFFICIENT_DATA)
+    if est.ok or est.verdict not in countable or sig.held or _ENERGY_ALIAS in est.message:
         return est
     return _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
 
