@@ -27,6 +27,10 @@ Pipeline; each step is there for something seen on the real H200 traces:
 8. With the cumulative energy counter (optional), check that the waveform also shows in its interval averages
    with the amplitude a real waveform would keep after averaging: aliases of faster iterations do not. Stair-step
    (polled) power without that check yields at most ALIAS_RISK, never a period.
+9. No period folds (iterations jitter: host stalls, data loading): count cycles instead (`_count_cycles`): the mean
+   iteration time over the window, from the unwrapped phase of the power band-passed around the fundamental, with
+   checks that keep miscounts and aliases of faster iterations out. Reported with method "count" and the spread of
+   single cycle lengths.
 Periods below `nyquist_guard * 2 * dt` (44 ms at 50 Hz, 220 ms for 10 Hz polled power) are never reported.
 """
 
@@ -125,12 +129,12 @@ class DetectorConfig:
     wander_min_amplification: float = 1.4
     # Jittery iterations (host stalls, data loading: iteration times spread by tens of %) have no period that
     # folds: the phase diffuses within a few cycles. When the fold finds none, the mean iteration time is counted
-    # instead (see _count_cycles): the power is band-passed around the fundamental (a Gaussian of this relative
-    # width, wide enough for a jitter-broadened line, narrow enough to leave out half and double the frequency)
-    # and its analytic phase counts cycles over the window.
+    # instead (see _count_cycles): the power is band-passed around the fundamental (a flat-topped band of this
+    # relative half-width: wide enough for a jitter-broadened line, narrow enough to leave out double the
+    # frequency) and its analytic phase counts cycles over the window.
     count_band: float = 0.3
     count_center: float = 0.85  # the band's centre, as a share of the cycle length (see _count_near)
-    count_agreement: float = 0.02
+    count_agreement: float = 0.02  # counts at two band centres (0.78 and 0.92) must agree this closely
     # Cycles of fewer samples than this are not counted: with iterations spread +-30%, a 50 ms job's shortest are
     # under two samples, and cycles go missing (on the tuning jobs the counts of 50-60 ms jobs ran 3-10% long).
     count_min_samples: float = 3.0
