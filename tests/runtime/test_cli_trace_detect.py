@@ -103,3 +103,10 @@ def test_unusable_samples_fail_clearly(tmp_path: Path) -> None:
     result = runner.invoke(app, ["trace", "detect", str(tmp_path)])
     assert result.exit_code == 1
     assert "no power samples" in result.stderr
+
+
+def test_missing_bundles_fail_clearly(tmp_path: Path) -> None:
+    """trace detect runs the daemon's controller, which needs the model bundle the daemon would pick."""
+    result = runner.invoke(app, ["trace", "detect", str(TRACES / "resnet_512"), "--bundles", str(tmp_path / "none")])
+    assert result.exit_code == 1
+    assert "bundle directory not found" in result.stderr and "Traceback" not in result.output
