@@ -7,8 +7,9 @@ For every trace folder under data/traces/h200 and every phase of its ground trut
   folder's best power source: buffered samples, else polled power with the energy counter as reference);
 - windows: over all 10 s windows of the phase (0.5 s apart), how many give the true period within 2% / null /
   a wrong number;
-- phase: the `detect_phases` phases overlapping the true phase (periods, "|"-separated) and the errors of their
-  outer boundaries (start vs the first iteration, end vs the last iteration or the end of the samples);
+- phase: what the daemon concludes (`gpoeo-rt trace detect`: the trace replayed through the advise-mode controller)
+  for the phases overlapping the true phase (periods, "|"-separated; null where it trusted none) and the errors of
+  their outer boundaries (start vs the first iteration, end vs the last iteration or the end of the samples);
 - CPU: `detect_period` on a 60 s window (the phase's samples repeated end to end when the trace is shorter),
   fastest of 50 runs of time.process_time (other processes on the machine only ever add to it).
 
@@ -23,7 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from gpoeo_rt.detection import detect_period, detect_phases
+from gpoeo_rt.bench.replay import replay_phases
+from gpoeo_rt.detection import detect_period
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.prediction.selection import default_bundle_dirs, select_bundle
 from gpoeo_rt.tracefile import read_trace
 
 WINDOW_S = 10.0
@@ -52,6 +56,8 @@ def _cpu_ms(t: np.ndarray, p: np.ndarray, e_t: np.ndarray | None, e: np.ndarray 
 
 def bench(root: Path) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
+    bundles = next(d for d in default_bundle_dirs() if d.is_dir())
+    predictor = Predictor(select_bundle(bundles, "NVIDIA H200").manifest)
     for folder in sorted(d for d in root.iterdir() if d.is_dir()):
         trace = read_trace(folder)
         if trace.iterations is None:
@@ -60,7 +66,7 @@ def bench(root: Path) -> list[dict[str, object]]:
         energy = trace.energy
         e_t = None if energy is None else energy.t_s
         e = None if energy is None else energy.energy_j
-        report = detect_phases(t, p, energy_j=e, energy_t_s=e_t)
+        daemon = [ph for ph in replay_phases(folder, predictor) if ph.conclusion != "idle"]
         for truth in trace.iterations.phases():
             start = truth.start_s + 0.5
             stop = min(truth.end_s, float(t[-1]))
@@ -79,7 +85,7 @@ def bench(root: Path) -> list[dict[str, object]]:
             # Detected phases overlapping the true one by 3 s or more: their periods, and the boundary errors
             # of the first and last of them (the end measured against the end of the samples when the
             # recording of power stopped before training did).
-            inside = [ph for ph in report.phases if min(ph.end_s, stop) - max(ph.start_s, truth.start_s) >= 3.0]
+            inside = [ph for ph in daemon if min(ph.end_s, stop) - max(ph.start_s, truth.start_s) >= 3.0]
             phase_ms = "|".join("null" if ph.period_s is None else f"{ph.period_s * 1e3:.1f}" for ph in inside)
             bounds = f"{inside[0].start_s - truth.start_s:+.1f}/{inside[-1].end_s - stop:+.1f}" if inside else "-"
             ph_m = (t >= truth.start_s) & (t <= stop)

@@ -18,7 +18,7 @@ These are replays of recordings, not live runs.
 
 --hold SECONDS: instead, hold on each steady phase of >= 40 ms (looped, 8 starts 2 s apart) for SECONDS of
 simulated time and count the false phase changes (the job never changes) and the suspicions that were confirmed
-away.
+away; then the same on four jittered jobs (JITTERED_HOLDS, made by gpoeo_rt.bench.jitter from recorded phases).
 
 Usage: python scripts/bench_profiling.py [--rows] [--step STEP] [--no-loop] [--hold SECONDS] [TRACES_DIR ...]
        (default: data/traces/h200 data/traces/h200-live)
@@ -27,11 +27,13 @@ Usage: python scripts/bench_profiling.py [--rows] [--step STEP] [--no-loop] [--h
 from __future__ import annotations
 
 import argparse
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 
+from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
 from gpoeo_rt.bench.replay import (
     RESOLVABLE_S,
     ReplayOutcome,
@@ -72,6 +74,17 @@ def _summary(rows: list[ReplayOutcome]) -> str:
     return "\n".join(lines)
 
 
+HERE = Path(__file__).resolve().parents[1]
+# Jittered jobs held too (scripts/bench_jitter.py's held-out recordings): +-10% and +-30% uniform stalls, +-30%
+# heavy-tailed ones.
+JITTERED_HOLDS = (
+    JitterSpec(HERE / "data/traces/h200-live/resnet_512", 0, 0.1, 0.1, "uniform", seed=2),
+    JitterSpec(HERE / "data/traces/h200-live/resnet_512", 0, 0.15, 0.3, "uniform", seed=2),
+    JitterSpec(HERE / "data/traces/h200-live/gpt_64", 0, 0.3, 0.3, "heavy", seed=2),
+    JitterSpec(HERE / "data/traces/h200/gpt_64", 0, 0.3, 0.1, "uniform", seed=2),
+)
+
+
 def hold_report(roots: list[Path], predictor: Predictor, duration_s: float, starts: int = 8) -> None:
     """False phase changes while holding on looped steady phases (the job never changes)."""
     total: Counter[str] = Counter()
@@ -95,6 +108,24 @@ def hold_report(roots: list[Path], predictor: Predictor, duration_s: float, star
                     f"{duration_s:.0f} s: phase changes {[r.phase_changes for r in runs]}, "
                     f"confirmed away {events['change_suspected'] - events['phase_change']}, holds {events['hold']}"
                 )
+    # Jittered jobs (gpoeo_rt.bench.jitter: recorded phases re-timed with host stalls), looped alike.
+    with tempfile.TemporaryDirectory() as tmp:
+        for spec in JITTERED_HOLDS:
+            folder = Path(tmp) / spec.name
+            make_jittered_trace(spec, folder)
+            runs = [
+                hold_replay(folder, 0, predictor, duration_s=duration_s, offset_s=2.0 * k, from_s=2.0)
+                for k in range(starts)
+            ]
+            assert all(r.clock_writes == 0 for r in runs)
+            events = Counter()
+            for r in runs:
+                events.update(r.events)
+            total.update(events)
+            print(
+                f"{spec.name:46s}: {starts} x {duration_s:.0f} s: phase changes {[r.phase_changes for r in runs]}, "
+                f"holds {events['hold']}, fallbacks {events['fallback_reference']}"
+            )
     print(f"all: {total['phase_change']} false phase changes, {total['change_suspected']} suspicions")
 
 

@@ -91,51 +91,78 @@ def trace_detect(
     as_json: Annotated[bool, typer.Option("--json", help="Print the phases as JSON.")] = False,
     plot: Annotated[
         str | None,
-        typer.Option("--plot", help="Write a PNG of the power signal with the detected iteration boundaries."),
+        typer.Option("--plot", help="Write a PNG of the power signal with the phases the daemon saw."),
     ] = None,
+    bundles: Annotated[str | None, typer.Option("--bundles", help="Model bundle folder (default: installed).")] = None,
+    gpu_name: Annotated[
+        str, typer.Option("--gpu-name", help="GPU the trace was recorded on (picks the bundle, as the daemon does).")
+    ] = "NVIDIA H200",
 ) -> None:
-    """Find the phases of a recorded trace and the iteration period of each (null: not resolvable)."""
+    """What the daemon would conclude on a recorded trace, phase by phase: the trace is replayed, read-only,
+    through the daemon's own controller (advise mode). Period null: none it could trust, and why."""
     import json
 
-    from gpoeo_rt.detection.phase import detect_phases
+    from gpoeo_rt.bench.replay import replay_phases
+    from gpoeo_rt.device.errors import GPUError
+    from gpoeo_rt.prediction.bundle import BundleError
+    from gpoeo_rt.prediction.predictor import Predictor
+    from gpoeo_rt.prediction.selection import select_bundle
     from gpoeo_rt.tracefile import TraceError, read_trace
 
     try:
         trace = read_trace(trace_dir)
+        choice = select_bundle(_bundle_root(bundles), gpu_name)
+        phases = replay_phases(trace_dir, Predictor(choice.manifest), name=gpu_name)
     except TraceError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
-    energy = trace.energy
-    report = detect_phases(
-        trace.power.t_s,
-        trace.power.power_w,
-        energy_j=None if energy is None else energy.energy_j,
-        energy_t_s=None if energy is None else energy.t_s,
-    )
-    if report.error is not None:
-        typer.echo(f"error: {trace_dir}: no usable power samples: {report.error}", err=True)
-        raise typer.Exit(1)
-    notes = [*trace.notes, *report.notes]
+    except (BundleError, GPUError, ValueError) as exc:
+        typer.echo(f"error: {trace_dir}: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    notes = list(trace.notes)
     if as_json:
-        payload = {"trace": str(trace.path), "source": trace.power.source, **report.to_dict(), "notes": notes}
+        payload = {
+            "trace": str(trace.path),
+            "source": trace.power.source,
+            "bundle": choice.manifest.name,
+            "phases": [ph.to_dict() for ph in phases],
+            "notes": notes,
+        }
         typer.echo(json.dumps(payload, indent=2))
     else:
-        t0 = report.phases[0].start_s if report.phases else 0.0
-        typer.echo(f"{trace.path} ({trace.power.source} power; times from its first sample)")
+        t0 = float(trace.power.t_s.min()) if len(trace.power.t_s) else 0.0
+        typer.echo(f"{trace.path} ({trace.power.source} power; replayed through the daemon's controller)")
         for note in notes:
             typer.echo(f"  note: {note}")
-        for ph in report.phases:
-            period = f"{ph.period_s * 1e3:8.2f} ms" if ph.period_s is not None else "       null"
-            typer.echo(
-                f"  {ph.start_s - t0:7.2f} - {ph.end_s - t0:7.2f} s  period {period}  conf {ph.confidence:.2f}  "
-                f"{ph.level_w:6.0f} W  {ph.verdict.value}"
-            )
+        for ph in phases:
+            typer.echo(_phase_line(ph, t0))
     if plot is not None:
-        _plot_detection(trace, report, plot)
+        _plot_detection(trace, phases, plot)
 
 
-def _plot_detection(trace: object, report: object, out: str) -> None:
-    """Draw the power, the phases and the detected (and, when recorded, the true) iteration boundaries."""
+def _phase_line(ph: Any, t0: float) -> str:
+    """One phase in at most two 80-column lines: span, period (or null and why), how it was timed."""
+    import textwrap
+
+    span = f"  {ph.start_s - t0:7.2f} - {ph.end_s - t0:7.2f} s"
+    if ph.period_s is not None:
+        how = f"{ph.timing}/{ph.method}" if ph.method else f"{ph.timing}"
+        conf = "" if ph.confidence is None else f" conf {ph.confidence:.2f}"
+        return f"{span}  period {ph.period_s * 1e3:8.2f} ms  {how}{conf}  {ph.conclusion}"
+    why = {
+        "fallback": "fallback",
+        "idle": "idle",
+        "unresolved": "the recording ended while profiling",
+    }.get(ph.conclusion, ph.conclusion)
+    head = f"{span}  period     null  {why}"
+    if ph.conclusion == "idle" or not ph.reason:
+        return head
+    reason = ph.reason.removeprefix("no trustworthy period (")
+    return "\n".join([head, *("      " + line for line in textwrap.wrap(reason, 74, max_lines=2))])
+
+
+def _plot_detection(trace: object, phases: list[Any], out: str) -> None:
+    """Draw the power, the phases the daemon saw (and, when recorded, the true iteration ends)."""
     try:
         import matplotlib
 
@@ -146,26 +173,25 @@ def _plot_detection(trace: object, report: object, out: str) -> None:
             "error: --plot needs matplotlib; install the pipeline extra: pip install 'gpoeo[pipeline]'", err=True
         )
         raise typer.Exit(1) from exc
-    from gpoeo_rt.detection.phase import PhaseReport, iteration_boundaries
     from gpoeo_rt.tracefile import Trace
 
-    assert isinstance(trace, Trace) and isinstance(report, PhaseReport)
+    assert isinstance(trace, Trace)
     t, p = trace.power.t_s, trace.power.power_w
-    t0 = float(t[0]) if len(t) else 0.0
+    t0 = float(t.min()) if len(t) else 0.0
     fig, ax = plt.subplots(figsize=(16, 5))
     ax.plot(t - t0, p, lw=0.6, color="tab:blue", label=f"power ({trace.power.source})")
-    for i, ph in enumerate(report.phases):
+    for i, ph in enumerate(phases):
         ax.axvspan(ph.start_s - t0, ph.end_s - t0, color=f"C{i % 2 + 2}", alpha=0.08)
-        label = f"{ph.period_s * 1e3:.1f} ms" if ph.period_s is not None else f"null ({ph.verdict.value})"
+        label = f"{ph.period_s * 1e3:.1f} ms" if ph.period_s is not None else f"null ({ph.conclusion})"
         ax.text(ph.start_s - t0, ax.get_ylim()[1], label, va="top", fontsize=8)
-        marks = iteration_boundaries(t, p, ph)
-        ax.vlines(marks - t0, 0.0, 0.04, transform=ax.get_xaxis_transform(), color="tab:red", lw=0.6)
+        if ph.concluded_s is not None:
+            ax.axvline(ph.concluded_s - t0, color="tab:red", lw=0.8, ls=":")
     if trace.iterations is not None:
         it = trace.iterations.t_s
         ax.vlines(it - t0, 0.96, 1.0, transform=ax.get_xaxis_transform(), color="k", lw=0.4)
     ax.set_xlabel("time since first sample (s)")
     ax.set_ylabel("power (W)")
-    ax.set_title(f"{trace.path.name}: detected iteration boundaries (red, bottom); true iterations (black, top)")
+    ax.set_title(f"{trace.path.name}: the daemon's phases (red dotted: concluded); true iterations (black, top)")
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -324,7 +324,8 @@ def test_wandering_aliases_of_22_to_40_ms_iterations_stay_rare() -> None:
     patterns whose wander is theirs amplified only 1.2-6x, so a slightly wandering fast job can look like a
     wandering slower one (a perfectly steady one already looks like a steady one: no test of the samples can
     tell). With 0.5-3% wander, 12 s windows: the common-period test alone reports 2 of these 100, with the
-    wandering acceptance (none at periods whose mirror-alias amplification is under 1.4x) 5."""
+    wandering acceptance (none at periods whose mirror-alias amplification is under 1.4x) 5; with cycle counting
+    for jittery iterations (issue 17: a slightly wandering alias counts like a jittery job) 9."""
     rng = np.random.default_rng(3)
     reported = []
     for i in range(100):
@@ -343,7 +344,7 @@ def test_wandering_aliases_of_22_to_40_ms_iterations_stay_rare() -> None:
         est = detect_period(*sample(job))
         if est.period_s is not None:
             reported.append((round(period * 1e3, 1), round(est.period_s * 1e3, 1)))
-    assert len(reported) <= 5, reported
+    assert len(reported) <= 9, reported
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ or the end of the recording. `replay_table` does that for several start times pe
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -256,3 +256,103 @@ def format_outcome(o: ReplayOutcome) -> str:
         what = f"baseline {o.period_s * 1e3:.2f} ms ({'; '.join(errors)}), advise {advice}"
     took = o.concluded_s - o.start_s
     return f"{o.trace:32s} {phase:18s} {offset:>10s} {verdict(o):>6s}  {what} after {took:.1f} s"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the daemon concludes over a whole trace: `gpoeo-rt trace detect`
+
+REPROFILE_EVENTS = frozenset({"phase_change", "markers_appeared", "activity", "baseline_stale"})
+
+
+@dataclass(frozen=True)
+class DaemonPhase:
+    """One phase as the daemon's controller saw it over a replayed trace (times are the recording's).
+
+    conclusion: "baseline" (a period, searched or advised), "known_phase" (a phase seen before), "fallback"
+    (no trustworthy period: it would stay at reference clocks; `reason` says why), "idle", or "unresolved" (the
+    recording ended while it was still profiling)."""
+
+    start_s: float  # when the controller began profiling it (or went idle)
+    end_s: float  # the next phase's start, or the end of the recording
+    conclusion: str
+    concluded_s: float | None = None
+    period_s: float | None = None
+    timing: str | None = None  # "signal" (power samples) or "markers"
+    method: str | None = None  # "fold", "count" (jittery iterations) or "markers"
+    confidence: float | None = None
+    power_w: float | None = None
+    reason: str = ""
+    advised: tuple[int, int] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "conclusion": self.conclusion,
+            "concluded_s": self.concluded_s,
+            "period_s": self.period_s,
+            "timing": self.timing,
+            "method": self.method,
+            "confidence": None if self.confidence is None else round(self.confidence, 3),
+            "power_w": None if self.power_w is None else round(self.power_w, 1),
+            "reason": self.reason,
+            "advised": None if self.advised is None else list(self.advised),
+        }
+
+
+def replay_phases(
+    folder: str | Path,
+    predictor: Predictor,
+    *,
+    config: ControllerConfig | None = None,
+    name: str = "NVIDIA H200",
+    max_steps: int = 100_000,
+) -> list[DaemonPhase]:
+    """Step the advise-mode controller (the daemon's code, read-only) over the whole recording from its first
+    sample, and return its phases: each profiling, what it concluded, and where the controller saw it end."""
+    gpu = ReplayGPU(folder, name=name)
+    cfg = config or ControllerConfig(advise=True)
+    if not cfg.advise:
+        raise ValueError("a replay cannot take clock changes: use an advise-mode ControllerConfig")
+    controller = Controller(gpu, predictor=predictor, config=cfg)
+    phases: list[DaemonPhase] = []
+    current = DaemonPhase(gpu.now_s(), gpu.end_s, "unresolved")
+
+    def close(at: float) -> None:
+        if at > current.start_s or current.conclusion != "unresolved":
+            phases.append(replace(current, end_s=at))
+
+    try:
+        for _ in range(max_steps):
+            d = controller.step()
+            window_start = d.t_s - (d.window_s or 0.0)
+            if d.event in BASELINE_EVENTS:
+                base = controller.baseline
+                current = replace(
+                    current,
+                    conclusion="baseline" if d.event == "baseline" else "known_phase",
+                    concluded_s=d.t_s,
+                    period_s=d.period_s,
+                    timing=d.timing,
+                    method=None if base is None else base.method,
+                    confidence=None if base is None else base.confidence,
+                    power_w=d.power_w,
+                    reason=d.reason,
+                )
+                if d.next_state is State.SEARCHING:
+                    d = controller.step()  # advise mode: the model's pick, no measurement
+                current = replace(current, advised=controller.advised or controller.reference)
+            elif d.event == "fallback_reference":
+                current = replace(current, conclusion="fallback", concluded_s=d.t_s, reason=d.reason)
+            elif d.event == "idle" and d.state is not State.IDLE:
+                close(window_start)
+                current = DaemonPhase(window_start, gpu.end_s, "idle", d.t_s, power_w=d.power_w, reason=d.reason)
+            elif d.event in REPROFILE_EVENTS:
+                close(window_start)
+                current = DaemonPhase(window_start, gpu.end_s, "unresolved", reason=d.reason)
+            elif d.state is State.PROFILING and current.conclusion == "unresolved":
+                current = replace(current, reason=d.reason)  # the latest window's verdict, if the recording ends
+    except ReplayEndedError:
+        pass
+    close(gpu.end_s)
+    return phases

@@ -43,6 +43,7 @@ from gpoeo_rt.detection import (
     detect_period,
     has_changed,
     period_from_markers,
+    period_persists,
     window_for_periods,
 )
 from gpoeo_rt.device.base import GPU
@@ -78,6 +79,8 @@ class ControllerConfig:
     max_window_s: float = 60.0
     max_period_s: float = 10.0  # longer periods are treated as "no period" (GPOEO's aperiodic)
     period_agreement: float = 0.02  # two profiling windows must agree this closely (harmonic locks are rare)
+    # ... or, for jittery iterations, as closely as chance allows (see Controller._agreement), up to this.
+    max_jitter_agreement: float = 0.10
     max_profile_failures: int = 3  # windows without a period before the aperiodic fallback
     # Step markers give a window's period when at least this many whole iterations were marked and the markers
     # span this share of the window (else the power signal does, unless the phase's baseline came from markers).
@@ -426,6 +429,17 @@ class Controller:
             return detect_period(t_s, power_w, config=detector)
         return detect_period(t_s, power_w, min_period_s=min_period_s, max_period_s=max_period_s or cfg.max_period_s)
 
+    def _agreement(self, a: PeriodEstimate, b: PeriodEstimate) -> float:
+        """How closely two windows' periods must agree to be one phase's: period_agreement for steady iterations;
+        for jittery ones (a spread of single iteration times was measured), also what two means over that many
+        iterations differ by, by chance (3 sigma), up to max_jitter_agreement (well short of a harmonic's 33%)."""
+        cfg = self.config
+        chance = 0.0
+        if a.period_s and b.period_s and a.window_s > 0 and b.window_s > 0:
+            spread = max(a.spread, b.spread)
+            chance = 3.0 * spread * math.sqrt(a.period_s / a.window_s + b.period_s / b.window_s)
+        return max(cfg.period_agreement, min(chance, cfg.max_jitter_agreement))
+
     def _has_markers(self, window: PowerWindow) -> bool:
         """Enough step markers in this window to time it by them."""
         return self._estimate([window], timing=MARKERS).ok
@@ -477,10 +491,13 @@ class Controller:
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
-            # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate.
-            if prev is not None and prev[0].period_s is not None and prev[0].timing == m.timing:
+            # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate. And
+            # only by one method: a folded period and a counted one are different evidence (on the 9.8 ms MLP
+            # phases, a rare folded alias and a rare counted one could otherwise pair up).
+            same_kind = prev is not None and (prev[0].timing, prev[0].estimate.method) == (m.timing, est.method)
+            if prev is not None and prev[0].period_s is not None and same_kind:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
-                if gap <= cfg.period_agreement:
+                if gap <= self._agreement(prev[0].estimate, est):
                     return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
@@ -490,7 +507,7 @@ class Controller:
                 "period_candidate",
                 State.PROFILING,
                 f"period {est.period_s * 1e3:.2f} ms ({est.timing}); waiting for a second window that agrees within "
-                f"{cfg.period_agreement * 100:.0f}%",
+                f"{self._agreement(est, est) * 100:.0f}%",
                 **info,
             )
         self._prof_prev = None
@@ -543,7 +560,9 @@ class Controller:
         # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
         timing = m2.estimate.timing
         joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
-        if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self.config.period_agreement:
+        if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
+            m1.estimate, m2.estimate
+        ):
             period = joint.period_s
         power = self._window_power([w1, w2], period if timing == MARKERS else None)
         info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power, "timing": timing}
@@ -553,7 +572,9 @@ class Controller:
             else math.nan
             for name in FEATURE_NAMES
         }
-        baseline = Baseline(period, power, mean_counters, timing)
+        confidence = min(m1.estimate.confidence, m2.estimate.confidence)
+        spread = max(m1.estimate.spread, m2.estimate.spread)
+        baseline = Baseline(period, power, mean_counters, timing, confidence, m2.estimate.method, spread)
         self._baseline = baseline
         cfg = self.config
         for record in self.phases:
@@ -815,7 +836,7 @@ class Controller:
             return self._reprofile("retry_profile", f"re-profiling after the fallback ({self._fallback_reason})")
         assert self._baseline is not None
         expected = self._expected_held_period()
-        window = self._measure(self._hold_window_s or self._window_for(expected))
+        window = self._measure(self._hold_window_s or self._hold_window_for(expected))
         self._hold_window_s = None
         detector = DetectorConfig(min_period_s=0.55 * expected, max_period_s=cfg.max_period_s)
         marked = self._baseline.timing == MARKERS
@@ -830,7 +851,7 @@ class Controller:
                 window.t_s,
                 window.power_w,
                 level_tolerance=cfg.level_tolerance,
-                period_tolerance=cfg.period_tolerance,
+                period_tolerance=max(cfg.period_tolerance, self._agreement(self._hold_ref, self._hold_ref)),
                 config=detector,
                 estimate=est if marked else None,
             )
@@ -857,6 +878,16 @@ class Controller:
             return self._reprofile(
                 "markers_appeared", "the job sends step markers now: re-profiling to time it by them", **info
             )
+        lost = self._hold_ref is None or est.verdict is Verdict.INSUFFICIENT_DATA  # has_changed did not judge it
+        if lost and m.period_s is None and not marked:
+            # The window's own search failed; the phase's period (as expected at these clocks) may still show.
+            kept, how = period_persists(window.t_s, window.power_w, expected, tolerance=cfg.period_tolerance)
+            if kept is not None:
+                est = replace(est, period_s=kept, verdict=Verdict.OK, message=f"{est.message}; the period {how}")
+                m = self._reduce(window, est)
+                info.update(period_s=m.period_s, timing=m.timing)
+                info["measured_time_ratio"] = self._baseline.time_ratio(kept)
+                info["measured_energy_ratio"] = self._baseline.energy_ratio(kept, m.power_w)
         if est.verdict is Verdict.INSUFFICIENT_DATA and est.suggested_window_s:
             changed, why = True, f"a longer period than expected may be present: {est.message}"
             self._hold_window_s = min(cfg.max_window_s, est.suggested_window_s)
@@ -888,6 +919,14 @@ class Controller:
         )
         self._check_interval_s = min(2.0 * self._check_interval_s, cfg.max_check_interval_s)
         return self._decide("hold", State.HOLDING, reason, **info)
+
+    def _hold_window_for(self, period_s: float) -> float:
+        """A hold window: as any (_window_for), and for jittery iterations long enough that its mean period stays
+        within period_tolerance of the phase's by chance (3 sigma of the difference of two such means)."""
+        assert self._baseline is not None
+        cfg = self.config
+        cycles = 2.0 * (3.0 * self._baseline.spread / cfg.period_tolerance) ** 2
+        return min(cfg.max_window_s, max(self._window_for(period_s), cycles * period_s))
 
     def _time_limit(self) -> float:
         """The time ratio the guard holds the job to: 1 + max_slowdown for the energy objective. edp and ed2p

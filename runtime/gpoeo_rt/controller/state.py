@@ -119,6 +119,9 @@ class Baseline:
     power_w: float  # mean power over whole periods
     counters: Mapping[str, float] = field(default_factory=dict)  # feat_* averaged over the profiling windows
     timing: str = "signal"  # where period_s came from: "signal" or "markers"; the phase's ratios keep to it
+    confidence: float = 1.0  # the period estimate's (the lower of the two profiling windows')
+    method: str = "fold"  # how the signal's period was found: "fold", "count" (jittery iterations), "markers"
+    spread: float = 0.0  # relative std of single iteration times, where measured (counted: jittery iterations)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counters", _frozen(self.counters))

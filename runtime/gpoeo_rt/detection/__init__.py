@@ -12,19 +12,11 @@ from gpoeo_rt.detection.period import (
     detect_period_uniform,
     fold_r2,
     min_resolvable_period,
+    period_persists,
     prepare_signal,
     window_for_periods,
 )
-from gpoeo_rt.detection.phase import (
-    ChangeVerdict,
-    Phase,
-    PhaseConfig,
-    PhaseReport,
-    detect_phases,
-    has_changed,
-    iteration_boundaries,
-    level_change_points,
-)
+from gpoeo_rt.detection.phase import ChangeVerdict, has_changed
 
 __all__ = [
     "MARKERS",
@@ -32,22 +24,17 @@ __all__ = [
     "ChangeVerdict",
     "DetectorConfig",
     "PeriodEstimate",
-    "Phase",
-    "PhaseConfig",
-    "PhaseReport",
     "PreparedSignal",
     "UniformSignal",
     "Verdict",
     "average_power_from_energy",
     "detect_period",
     "detect_period_uniform",
-    "detect_phases",
     "fold_r2",
     "has_changed",
-    "iteration_boundaries",
-    "level_change_points",
     "min_resolvable_period",
     "period_from_markers",
+    "period_persists",
     "prepare_signal",
     "window_for_periods",
 ]

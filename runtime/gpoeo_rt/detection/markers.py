@@ -81,6 +81,7 @@ def period_from_markers(
         start_s=float(t[0]),
         level_w=level_w,
         timing=MARKERS,
+        method=MARKERS,
     )
 
 
@@ -94,4 +95,5 @@ def _none(verdict: Verdict, message: str, start_s: float, level_w: float, window
         start_s=start_s,
         level_w=level_w,
         timing=MARKERS,
+        method=MARKERS,
     )

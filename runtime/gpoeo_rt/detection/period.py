@@ -27,6 +27,10 @@ Pipeline; each step is there for something seen on the real H200 traces:
 8. With the cumulative energy counter (optional), check that the waveform also shows in its interval averages
    with the amplitude a real waveform would keep after averaging: aliases of faster iterations do not. Stair-step
    (polled) power without that check yields at most ALIAS_RISK, never a period.
+9. No period folds (iterations jitter: host stalls, data loading): count cycles instead (`_count_cycles`): the mean
+   iteration time over the window, from the unwrapped phase of the power band-passed around the fundamental, with
+   checks that keep miscounts and aliases of faster iterations out. Reported with method "count" and the spread of
+   single cycle lengths.
 Periods below `nyquist_guard * 2 * dt` (44 ms at 50 Hz, 220 ms for 10 Hz polled power) are never reported.
 """
 
@@ -123,6 +127,39 @@ class DetectorConfig:
     # amplified by only P/dt - 1: 1.2x at 44 ms, 1.5x at 50 ms (50 Hz). Below this amplification a wander within
     # the band says nothing about which of the two it is, so such periods must hold still to be reported.
     wander_min_amplification: float = 1.4
+    # Jittery iterations (host stalls, data loading: iteration times spread by tens of %) have no period that
+    # folds: the phase diffuses within a few cycles. When the fold finds none, the mean iteration time is counted
+    # instead (see _count_cycles): the power is band-passed around the fundamental (a flat-topped band of this
+    # relative half-width: wide enough for a jitter-broadened line, narrow enough to leave out double the
+    # frequency) and its analytic phase counts cycles over the window.
+    count_band: float = 0.3
+    count_center: float = 0.85  # the band's centre, as a share of the cycle length (see _count_near)
+    count_agreement: float = 0.02  # counts at two band centres (0.78 and 0.92) must agree this closely
+    # Cycles of fewer samples than this are not counted: with iterations spread +-30%, a 50 ms job's shortest are
+    # under two samples, and cycles go missing (on the tuning jobs the counts of 50-60 ms jobs ran 3-10% long).
+    count_min_samples: float = 3.0
+    count_min_cycles: float = 12.0  # cycles a counted window must hold
+    count_min_band_share: float = 0.2  # variance share of the band-passed fundamental
+    count_max_slips: float = 0.003  # share of samples where the phase runs backwards (a lost or doubtful cycle)
+    count_max_spread: float = 0.3  # relative std of the counted cycle lengths (uniform +-50%: 0.29)
+    # Share of the variance explained by the waveform folded on the counted phase: a real jittery job keeps its
+    # waveform from cycle to cycle, so this stays high; noise and slow wandering do not.
+    count_min_phase_r2: float = 0.5
+    # ... of which harmonics 2-4 (on the counted phase) must explain this share: an alias of faster iterations is
+    # one aliased line whose other harmonics alias elsewhere, incoherent with it, while a real waveform keeps them.
+    count_min_harmonic_r2: float = 0.03
+    # An alias of faster iterations is one aliased line whose frequency the iteration rate's wander modulates
+    # smoothly: the counted phase follows it, so the samples fold on it cleanly although its cycles vary in
+    # length, whereas jitter from iteration to iteration blurs the fold as much as it spreads the cycles. On the
+    # 9.8 ms MLP phases at 50 Hz the aliases fold at r2 0.73-0.90 with cycles spread 8-34%; the tuning jobs fold at
+    # 0.42-0.80, those above 0.75 spread under 8% (+-10% jobs). A count folding at >= clean_r2 with cycles spread
+    # >= clean_spread, or a near-pure line (band share above max), or cycle lengths that wander (8-cycle means
+    # keeping more than max_wander of the single cycles' spread: independent stalls keep ~0.35) is not trusted.
+    # Set on the shared traces' MLP phases and the tuning jobs: the margin is thin (see docs/jitter.md).
+    count_clean_r2: float = 0.75
+    count_clean_spread: float = 0.08
+    count_max_band_share: float = 0.8
+    count_max_wander: float = 0.6
 
 
 @dataclass(frozen=True)
@@ -190,6 +227,12 @@ class PeriodEstimate:
     # INSUFFICIENT_DATA, or APERIODIC for a period that wanders (see DetectorConfig.wander_*): a window that would do
     suggested_window_s: float | None = None
     timing: str = "signal"  # where the period came from: "signal" (power samples) or "markers" (step markers)
+    # Relative std of single iteration times in the window, where it was measured (counted cycles, markers): what
+    # two windows' mean periods may differ by, by chance, is this over the square root of their cycles.
+    spread: float = 0.0
+    # How the signal's period was found: "fold" (one period explains every sub-window) or "count" (cycles of
+    # jittery iterations counted, see _count_cycles); markers: "markers".
+    method: str = "fold"
 
     @property
     def n_periods(self) -> float:
@@ -622,11 +665,26 @@ def detect_period(
 def detect_period_uniform(
     sig: UniformSignal, config: DetectorConfig | None = None, *, reference: UniformSignal | None = None
 ) -> PeriodEstimate:
-    """`detect_period` on an already-cleaned uniform signal (what phase detection slides over).
+    """`detect_period` on an already-cleaned uniform signal.
 
     reference: interval-average power (see `average_power_from_energy`) covering the same time, or None.
+    A window without a period that folds (aperiodic, varying from sample to sample, or hinting at a longer one) is
+    then counted: the mean iteration time of jittery iterations (see `_count_cycles`).
     """
     cfg = config or DetectorConfig()
+    est = _detect_folded(sig, cfg, reference)
+    # (INSUFFICIENT_DATA too: a jittery job's stalls put power at long periods, which then ask for a longer window)
+    countable = (Verdict.APERIODIC, Verdict.TOO_SHORT, Verdict.INSUFFICIENT_DATA)
+    if est.ok or est.verdict not in countable or sig.held or _ENERGY_ALIAS in est.message:
+        return est
+    return _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
+
+
+_ENERGY_ALIAS = "the alias of iterations faster"
+
+
+def _detect_folded(sig: UniformSignal, cfg: DetectorConfig, reference: UniformSignal | None) -> PeriodEstimate:
+    """The fold path: one period that explains every sub-window (the module docstring's steps 3-8)."""
     x = np.asarray(sig.values, dtype=np.float64)
     dt = sig.dt_s
     n = len(x)
@@ -901,8 +959,8 @@ def _validate(
         return base.make(
             Verdict.TOO_SHORT,
             f"a {period * 1e3:.1f} ms pattern is present, but the energy counter's {reference.dt_s * 1e3:.0f} ms "
-            f"averages vary only {ratio * 100:.0f}% as much at that period as a real waveform would: it is the "
-            f"alias of iterations faster than the {_t_lo_ms(base)} ms the {dt * 1e3:.0f} ms sampling resolves",
+            f"averages vary only {ratio * 100:.0f}% as much at that period as a real waveform would: it is "
+            f"{_ENERGY_ALIAS} than the {_t_lo_ms(base)} ms the {dt * 1e3:.0f} ms sampling resolves",
             **extra,
         )
     if ratio is None and sig.held:
@@ -972,3 +1030,305 @@ def _with_bounds(
 
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Jittery iterations: counting cycles
+
+
+@dataclass(frozen=True)
+class _Count:
+    period: float  # mean cycle length over the counted span
+    cycles: float
+    band_share: float  # variance share of the band-passed fundamental
+    slips: float  # share of samples where the phase ran backwards
+    spread: float  # relative std of single cycle lengths
+    phase_r2: float  # variance explained by the waveform folded on the counted phase
+    harmonic_r2: float  # ... by its harmonics 2-4 alone
+    sub_periods: tuple[float, ...]
+    wander: float = 0.0  # std of 8-cycle means / std of single cycles (independent cycles: ~0.35)
+    agreement: float = 0.0  # relative difference of counts at two band centres (see _count_near)
+
+
+def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | None:
+    """Count the cycles of y near `period`: band-pass around 1/period (flat within +-band, steep outside, so a
+    jittered fundamental passes and its second harmonic does not), take the analytic signal's unwrapped phase,
+    and fold the samples on that phase (does each counted cycle carry the same waveform?)."""
+    n = len(y)
+    trim = math.ceil(period / dt)
+    if n - 2 * trim < 16:
+        return None
+    nfft = 1 << math.ceil(math.log2(2 * n))
+    spectrum = np.fft.fft(y - y.mean(), nfft)
+    f = np.fft.fftfreq(nfft, dt)
+    f0 = 1.0 / period
+    gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (band * f0)) ** 4), 0.0)
+    z = np.fft.ifft(spectrum * gain)[:n]
+    phase = _stall_aware_phase(z, _stalls(y, period / dt))
+    var = float(y.var())
+    if var <= 0:
+        return None
+    lo, hi = trim, n - 1 - trim
+    cycles = (phase[hi] - phase[lo]) / (2.0 * math.pi)
+    if cycles <= 3:
+        return None
+    mean_period = (hi - lo) * dt / cycles
+    core = slice(lo, hi + 1)
+    band_share = float(np.mean(np.abs(z[core]) ** 2) / 2.0 / var)
+    slips = float(np.mean(np.diff(phase[core]) <= 0.0))
+    # Cycle lengths: where the phase crosses whole turns.
+    mono = np.maximum.accumulate(phase[core])
+    turns = np.arange(math.ceil(mono[0] / (2 * math.pi)), math.floor(mono[-1] / (2 * math.pi)) + 1) * 2 * math.pi
+    crossings = np.interp(turns, mono, np.arange(lo, hi + 1) * dt)
+    lengths = np.diff(crossings)
+    spread = float(lengths.std() / lengths.mean()) if len(lengths) >= 3 and lengths.mean() > 0 else math.inf
+    # How much cycle lengths wander (each against the mean of the 8 around it) versus how much they vary.
+    dev = lengths - lengths.mean()
+    wander = (
+        float(np.convolve(dev, np.ones(8) / 8, mode="valid").std() / max(float(dev.std()), 1e-12))
+        if len(lengths) >= 16
+        else 0.0
+    )
+    # Fold on the counted phase: least squares on its first 4 harmonics.
+    ph = phase[core]
+    yc = y[core] - y[core].mean()
+    total = float(yc @ yc)
+    if total <= 0:
+        return None
+    basis = np.column_stack([fn(k * ph) for k in range(1, 5) for fn in (np.cos, np.sin)])
+    try:  # normal equations: 8 well-separated columns, far cheaper than an SVD
+        coef = np.linalg.solve(basis.T @ basis, basis.T @ yc)
+    except np.linalg.LinAlgError:
+        return None
+    fit = basis * coef
+    phase_r2 = float((fit.sum(axis=1) ** 2).sum() / total)
+    harmonic_r2 = float((fit[:, 2:].sum(axis=1) ** 2).sum() / total)
+    quarters = np.linspace(lo, hi, 5).astype(int)
+    subs = tuple(
+        float((b - a) * dt * 2.0 * math.pi / (phase[b] - phase[a])) if phase[b] > phase[a] else math.inf
+        for a, b in itertools.pairwise(quarters)
+    )
+    return _Count(mean_period, cycles, band_share, slips, spread, phase_r2, harmonic_r2, subs, wander)
+
+
+def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig) -> PeriodEstimate:
+    """The mean iteration time of a window whose iterations jitter too much for any period to fold; else `failed`
+    with the reason counting did not help appended.
+
+    The fundamental is near one of the bands with the most power (a jittered line is broad, its harmonics broader
+    still), or a half or a third below one (a waveform strongest at its 2nd or 3rd harmonic): each is counted
+    (once more centred on what it counted) and checked (DetectorConfig.count_*); of those that pass, the one
+    whose counted phase explains the samples best wins, the shortest within 10% of it (a multiple of the period
+    folds as well).
+    """
+    y = _detrend(x, _DETREND_DEGREE)
+    n = len(y)
+    window = n * dt
+    t_lo = max(failed.min_resolvable_s, cfg.count_min_samples * dt)
+    t_hi = min(cfg.max_period_s, window / cfg.count_min_cycles)
+    if not (math.isfinite(t_lo) and t_hi > t_lo):
+        return failed
+    nfft = 1 << math.ceil(math.log2(4 * n))
+    power = np.abs(np.fft.rfft(y * np.hanning(n), nfft)) ** 2
+    freqs = np.fft.rfftfreq(nfft, dt)
+    centers = np.geomspace(1.0 / t_hi, 1.0 / t_lo, 160)
+    in_reach = freqs <= (1.0 + 2.0 * cfg.count_band) / t_lo  # the bands' weights vanish beyond
+    freqs, power = freqs[in_reach], power[in_reach]
+    weights = np.exp(-0.5 * ((freqs[None, :] - centers[:, None]) / (cfg.count_band * centers[:, None])) ** 4)
+    captured = weights @ power / weights.sum(axis=1)  # mean power in each band: a broad line stands out
+    is_peak = np.concatenate(([True], captured[1:] > captured[:-1])) & np.concatenate(
+        (captured[:-1] >= captured[1:], [True])
+    )
+    peaks = centers[is_peak][np.argsort(captured[is_peak])[::-1][:3]]
+    starts = {round(k / float(f), 6) for f in peaks for k in (1, 2, 3)}
+    # Also where the fold's sub-windows put the period, and the autocorrelation's first peak.
+    if failed.sub_periods_s:
+        starts.add(round(float(np.median(failed.sub_periods_s)), 6))
+    lag = _acf_peak(y)
+    if lag:
+        starts.add(round(lag * dt, 6))
+    passed: list[_Count] = []
+    rejected: list[str] = []
+    for period in sorted(starts):
+        if not t_lo <= period <= t_hi:
+            continue
+        c = _count_near(y, dt, period, cfg)
+        if c is None:
+            continue
+        problems = _count_problems(c, t_lo, t_hi, cfg)
+        if problems:
+            rejected.append(f"{c.period * 1e3:.1f} ms ({', '.join(problems)})")
+        else:
+            passed.append(c)
+    if not passed:
+        why = "; counting cycles found none: " + ("; ".join(rejected[:3]) if rejected else "no candidate")
+        return replace(failed, message=failed.message + why)
+    best = max(c.phase_r2 for c in passed)
+    c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
+    conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
+    return replace(
+        failed,
+        period_s=c.period,
+        confidence=float(np.clip(conf, 0.0, 1.0)),
+        verdict=Verdict.OK,
+        message=(
+            f"mean period {c.period * 1e3:.2f} ms, counted ({c.cycles:.0f} cycles, jittery: single cycles spread "
+            f"{c.spread * 100:.0f}%, fold on the counted phase r2 {c.phase_r2:.2f}; no period folds: "
+            f"{failed.message})"
+        ),
+        fold_r2=c.phase_r2,
+        sub_periods_s=c.sub_periods,
+        sub_fold_r2=(),
+        suggested_window_s=None,
+        spread=c.spread,
+        method="count",
+    )
+
+
+def _stalls(y: FloatArray, samples_per_cycle: float) -> npt.NDArray[np.bool_]:
+    """Samples inside a long stall: the power's mean over 0.6 cycle stays well under its overall mean."""
+    k = max(2, round(0.6 * samples_per_cycle))
+    if len(y) < 2 * k:
+        return np.zeros(len(y), dtype=bool)
+    mean = np.convolve(y, np.ones(k) / k, mode="same")
+    return np.asarray(mean < float(y.mean()) - 0.8 * float(y.std()), dtype=bool)
+
+
+def _stall_aware_phase(z: npt.NDArray[np.complex128], stalled: npt.NDArray[np.bool_], quiet: float = 0.3) -> FloatArray:
+    """Unwrapped phase of the analytic signal z, except across stalls and quiet stretches (amplitude under `quiet`
+    x its median): a long host stall is the wait of one iteration, but the band-passed signal keeps ringing
+    through it at the band's frequency and would count phantom cycles. Across such a stretch the phase advances
+    only by what brings it to where it is afterwards, less whole turns (at most one cycle)."""
+    phase = np.unwrap(np.angle(z))
+    amp = np.abs(z)
+    low = (amp < quiet * float(np.median(amp))) | stalled
+    if not low.any():
+        return np.asarray(phase, dtype=np.float64)
+    step = np.diff(phase)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], low.astype(np.int8), [0]))))
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        # Samples a..b-1 are quiet: the steps from a-1 to b (clipped to the signal) become one step.
+        i, j = max(a - 1, 0), min(b, len(phase) - 1)
+        if j <= i:
+            continue
+        total = float(phase[j] - phase[i])
+        kept = total % (2.0 * math.pi)
+        step[i:j] = kept / (j - i)
+    return np.asarray(np.concatenate(([phase[0]], phase[0] + np.cumsum(step))), dtype=np.float64)
+
+
+def _count_near(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Count | None:
+    """Count cycles near `period` with the band centred a little faster than the cycles (count_center): there the
+    count holds (on the tuning jobs, within 0.5% for centres at 0.8-0.95 of the mean cycle), while a band centred
+    slower loses the shortest cycles and counts too few, an error that grows as the centre follows it. Centred
+    again on what it counted; then counted at two centres of that reliable range, which must agree."""
+    c = _count_at(y, dt, cfg.count_center * period, cfg.count_band)
+    if c is None:
+        return None
+    c = _count_at(y, dt, cfg.count_center * c.period, cfg.count_band) or c
+    lo = _count_at(y, dt, (cfg.count_center - 0.07) * c.period, cfg.count_band)
+    hi = _count_at(y, dt, (cfg.count_center + 0.07) * c.period, cfg.count_band)
+    if lo is None or hi is None:
+        return None
+    return replace(c, agreement=abs(hi.period / lo.period - 1.0))
+
+
+def _acf_peak(y: FloatArray) -> int | None:
+    """Lag (samples) of the autocorrelation's highest peak after its first zero crossing, within three times that
+    crossing: for jittery iterations a broad peak at the mean cycle."""
+    n = len(y)
+    nfft = 1 << math.ceil(math.log2(2 * n))
+    f = np.fft.rfft(y - y.mean(), nfft)
+    acf = np.fft.irfft(np.abs(f) ** 2, nfft)[: n // 2]
+    if acf[0] <= 0:
+        return None
+    below = np.flatnonzero(acf < 0)
+    if len(below) == 0:
+        return None
+    z = int(below[0])
+    seg = acf[z : min(3 * z, len(acf))]
+    if len(seg) < 2 or seg.max() <= 0.05 * acf[0]:
+        return None
+    return z + int(np.argmax(seg))
+
+
+def _count_problems(c: _Count, t_lo: float, t_hi: float, cfg: DetectorConfig) -> list[str]:
+    """Why a count cannot be trusted (empty: it can)."""
+    checks = [
+        (c.cycles < cfg.count_min_cycles, f"{c.cycles:.1f} cycles"),
+        (c.band_share < cfg.count_min_band_share, f"band share {c.band_share:.2f}"),
+        (c.slips > cfg.count_max_slips, f"phase slips at {c.slips * 100:.1f}% of samples"),
+        (c.spread > cfg.count_max_spread, f"cycle spread {c.spread * 100:.0f}%"),
+        (c.phase_r2 < cfg.count_min_phase_r2, f"phase fold r2 {c.phase_r2:.2f}"),
+        (c.band_share > cfg.count_max_band_share, f"a near-sinusoidal line (band share {c.band_share:.2f})"),
+        (c.wander > cfg.count_max_wander, f"cycle lengths wander ({c.wander:.2f})"),
+        (
+            c.phase_r2 >= cfg.count_clean_r2 and c.spread >= cfg.count_clean_spread,
+            f"a clean fold (r2 {c.phase_r2:.2f}) on cycles spread {c.spread * 100:.0f}%, as an alias's are",
+        ),
+        (c.harmonic_r2 < cfg.count_min_harmonic_r2, f"harmonic r2 {c.harmonic_r2:.3f}"),
+        (not t_lo <= c.period <= t_hi, "out of range"),
+        (c.agreement > cfg.count_agreement, f"counts at two band centres differ by {c.agreement * 100:.1f}%"),
+    ]
+    return [why for bad, why in checks if bad]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Holding: does a known period still show?
+
+
+def period_persists(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    period_s: float,
+    *,
+    tolerance: float,
+    config: DetectorConfig | None = None,
+) -> tuple[float | None, str]:
+    """The period near `period_s` (within `tolerance`) that a window without a period of its own still shows (None:
+    it does not), and how.
+
+    A window's own search must find a period among all candidates and prove it across sub-windows; a phase that
+    goes on only has to keep the one it had. It still shows when the best fold within the tolerance explains as
+    much as a reported period must (min_fold_r2 plus the few-cycles term, as in detection; there is no
+    look-elsewhere effect here, the period is known) and is no multiple of a shorter one; or, for jittery
+    iterations, when counting near it finds the cycles: enough of them, without slips, in a real share of the
+    variance (the checks that tell a count from an alias, and a precise one from a rough one, were passed when the
+    phase was profiled). Host-stall jobs whose iteration time wanders lose their period's sub-window test
+    now and then while nothing changed (looped H200 recordings: 14 false phase changes in 16 half-hours); a new
+    workload at the same power level does not fold or count at the old period."""
+    cfg = config or DetectorConfig()
+    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
+    seg = prep.longest
+    if seg is None or seg.n < 32 or seg.held or not period_s > 0:
+        return None, "no usable samples"
+    if seg.duration_s < cfg.min_cycles * period_s:
+        return None, f"the window holds under {cfg.min_cycles:g} periods"
+    y = _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
+    t_lo = min_resolvable_period(seg.dt_s, nyquist_guard=cfg.nyquist_guard)
+    spec = _Spectrum(y, seg.dt_s)
+    p, r2 = _refine(spec, period_s, tolerance)
+    why = f"folds at r2 {r2:.2f} at most near {period_s * 1e3:.1f} ms"
+    if r2 >= cfg.min_fold_r2 + cfg.few_cycles_r2 * p / seg.duration_s:
+        # A multiple of any shorter period folds as well: the waveform must not sit on a submultiple's harmonics
+        # (a new job whose iterations are a third as long, say).
+        choice = _choose_fundamental(spec, (p, r2), t_lo, cfg)
+        if not choice.issue and abs(choice.period / p - 1.0) <= tolerance:
+            return p, f"still folds at {p * 1e3:.1f} ms (r2 {r2:.2f})"
+        why = f"{p * 1e3:.1f} ms folds, but as a multiple of {choice.period * 1e3:.1f} ms"
+    c = _count_near(y, seg.dt_s, period_s, cfg)
+    if c is None:
+        return None, why
+    t_lo = max(t_lo, cfg.count_min_samples * seg.dt_s)
+    problems = [
+        problem
+        for problem in _count_problems(c, t_lo, seg.duration_s / cfg.count_min_cycles, cfg)
+        if not problem.startswith(
+            ("a clean fold", "cycle lengths wander", "a near-sinusoidal", "counts at two", "phase fold", "harmonic")
+        )
+    ]
+    if abs(c.period / period_s - 1.0) > tolerance:
+        problems.append(f"counts {c.period * 1e3:.1f} ms")
+    if not problems:
+        return c.period, f"still counts {c.period * 1e3:.1f} ms"
+    return None, f"{why}; counting: {', '.join(problems)}"

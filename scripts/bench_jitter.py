@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Profiling on jittery jobs: the shipped Controller (advise mode, ReplayGPU) over synthetic jittered traces cut
+from recorded steady H200 phases (gpoeo_rt.bench.jitter), scored against their known iteration ends.
+
+Each job: a recorded phase re-timed to a mean iteration time (50-500 ms) with host stalls spreading iteration
+times +-0/10/30/50% (uniform) or heavy-tailed (Pareto stalls of that mean). Starts at 5 offsets of each 60 s job;
+a start is "ok" when profiling gives a baseline within 20 s whose period is within 2% of the mean true iteration
+time over the baseline's own windows; "off>5%" counts baselines more than 5% off; "late" a baseline after 20 s.
+
+Two sets: "tuned" (the jobs the thresholds were looked at on: data/traces/h200 resnet_512 and gpt_16 phases,
+uniform stalls, 50-200 ms) and "held-out" (data/traces/h200-live gpt_64 and resnet_512, the shared resnet_128_20
+and gpt_64, at 50-500 ms, uniform and heavy-tailed stalls). Each recorded iteration is squeezed or stretched at
+most 2x (MAX_SQUEEZE), so not every period is made from every recording.
+These are constructs on recorded samples, not recordings of jittery jobs.
+
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|all] [--rows] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
+from gpoeo_rt.bench.replay import profile_replay
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.prediction.selection import default_bundle_dirs, select_bundle
+
+HERE = Path(__file__).resolve().parents[1]
+TRACES = HERE / "data/traces"
+JITTERS = (0.0, 0.1, 0.3, 0.5)
+OFFSETS_S = (0.5, 7.3, 14.1, 21.7, 29.9)
+DEADLINE_S = 20.0
+
+
+# (trace, phase, its recorded iteration time): the compute part of a job is one recorded iteration, time-scaled
+# by at most MAX_SQUEEZE faster (squeezing a 50 Hz recording puts content above what it recorded) or slower.
+TUNED = ((TRACES / "h200/resnet_512", 0, 0.104), (TRACES / "h200/gpt_16-mlp_65536", 0, 0.072))
+HELD_OUT = (
+    (TRACES / "h200-live/gpt_64", 0, 0.261),
+    (TRACES / "h200-live/resnet_512", 0, 0.1045),
+    (TRACES / "h200/resnet_128_20", 0, 0.0502),
+    (TRACES / "h200/gpt_64", 0, 0.2568),
+)
+MAX_SQUEEZE = 2.0
+
+
+def specs(which: str) -> list[JitterSpec]:
+    """The jobs of one set (see the module docstring)."""
+    if which == "tuned":
+        grid = itertools.product(TUNED, (0.05, 0.06, 0.1, 0.2), JITTERS, ("uniform",))
+        seed = 0
+    else:
+        grid = itertools.product(HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), JITTERS, ("uniform", "heavy"))
+        seed = 1
+    out = []
+    for (src, ph, recorded), period, jitter, tail in grid:
+        scale = period * (1.0 - jitter) / recorded
+        if (jitter == 0.0 and tail == "heavy") or not 1.0 / MAX_SQUEEZE <= scale <= MAX_SQUEEZE:
+            continue
+        out.append(JitterSpec(src, ph, period, jitter, tail, seed=seed))
+    return out
+
+
+def verdict(conclusion: str, err: float | None, took: float) -> str:
+    if conclusion != "baseline" or err is None:
+        return conclusion
+    if abs(err) > 0.05:
+        return "off>5%"
+    if took > DEADLINE_S:
+        return "late"
+    return "ok" if abs(err) <= 0.02 else "off>2%"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    ap.add_argument("--set", dest="which", default="all", choices=("tuned", "held-out", "all"))
+    ap.add_argument("--rows", action="store_true")
+    ap.add_argument("--out", type=Path, help="where to write the synthetic traces (default: a temporary folder)")
+    args = ap.parse_args()
+    bundles = next(d for d in default_bundle_dirs() if d.is_dir())
+    predictor = Predictor(select_bundle(bundles, "NVIDIA H200").manifest)
+    groups: dict[tuple[str, float, str], Counter[str]] = defaultdict(Counter)
+    errors: dict[tuple[str, float, str], list[float]] = defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.out or Path(tmp)
+        for which in ("tuned", "held-out") if args.which == "all" else (args.which,):
+            for spec in specs(which):
+                folder = root / spec.name
+                make_jittered_trace(spec, folder)
+                for offset in OFFSETS_S:
+                    start = 1000.0 + spec.lead_s + offset
+                    o = profile_replay(folder, start, predictor, max_steps=60)
+                    took = o.concluded_s - start
+                    v = verdict(o.conclusion, o.window_error, took)
+                    key = (which, spec.jitter, spec.tail)
+                    groups[key][v] += 1
+                    if o.window_error is not None:
+                        errors[key].append(abs(o.window_error) * 100)
+                    if args.rows:
+                        err = "" if o.window_error is None else f"{o.window_error * 100:+.2f}%"
+                        print(f"{spec.name:55s} +{offset:4.1f} s {v:8s} {err:>8s} after {took:5.1f} s", flush=True)
+    print(f"{'set':9s} {'jitter':>6s} {'tail':8s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max")
+    for (which, jitter, tail), tally in sorted(groups.items()):
+        n = sum(tally.values())
+        other = ", ".join(f"{k} {v}" for k, v in sorted(tally.items()) if k not in ("ok", "off>5%"))
+        e = errors[(which, jitter, tail)]
+        stats = f"{np.median(e):.2f}% / {max(e):.2f}%" if e else "-"
+        print(
+            f"{which:9s} {jitter * 100:5.0f}% {tail:8s} {n:6d} {tally['ok']:3d} ({tally['ok'] / n * 100:3.0f}%) "
+            f"{tally['off>5%']:6d}  {other or '-'}; {stats}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Jittery jobs cut from recorded H200 phases (bench/jitter.py), and the detector's cycle counting on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
+from gpoeo_rt.bench.replay import hold_replay, profile_replay
+from gpoeo_rt.detection import detect_period
+from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.prediction.selection import select_bundle
+from gpoeo_rt.tracefile import read_trace
+
+TRACES = Path(__file__).resolve().parents[2] / "data/traces/h200"
+
+
+def _job(tmp_path: Path, period_s: float, jitter: float, tail: str = "uniform") -> Path:
+    spec = JitterSpec(TRACES / "resnet_512", 0, period_s, jitter, tail, duration_s=30.0)
+    folder = tmp_path / spec.name
+    make_jittered_trace(spec, folder)
+    return folder
+
+
+@pytest.mark.parametrize("tail", ["uniform", "heavy"])
+def test_jittered_trace_has_the_asked_mean_and_spread(tmp_path: Path, tail: str) -> None:
+    trace = read_trace(_job(tmp_path, 0.1, 0.3, tail))
+    assert trace.iterations is not None and trace.energy is not None
+    lengths = np.diff(trace.iterations.t_s)
+    assert abs(lengths.mean() / 0.1 - 1.0) < 0.05
+    assert lengths.std() / lengths.mean() > 0.1  # really jittery: uniform +-30% gives ~0.17
+    assert trace.power.source == "buffered"
+
+
+@pytest.mark.parametrize("jitter", [0.1, 0.3])
+def test_counted_period_is_the_windows_mean_iteration_time(tmp_path: Path, jitter: float) -> None:
+    """The fold finds no period in most windows of a +-30% job; counting gives the window's mean instead."""
+    trace = read_trace(_job(tmp_path, 0.1, jitter))
+    assert trace.iterations is not None
+    t, p, ends = trace.power.t_s, trace.power.power_w, trace.iterations.t_s
+    errors = []
+    for start in (1003.0, 1010.0, 1020.0):
+        m = (t >= start) & (t < start + 6.0)
+        est = detect_period(t[m], p[m])
+        inside = ends[(ends >= start) & (ends <= start + 6.0)]
+        truth = (inside[-1] - inside[0]) / (len(inside) - 1)
+        if est.period_s is not None:
+            errors.append(abs(est.period_s / truth - 1.0))
+    assert len(errors) >= 2, "most 6 s windows must give a period"
+    assert max(errors) < 0.02, errors
+
+
+def test_jitter_spec_refuses_nonsense() -> None:
+    with pytest.raises(ValueError, match="tail"):
+        JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.3, "gaussian")
+    with pytest.raises(ValueError, match="jitter"):
+        JitterSpec(TRACES / "resnet_512", 0, 0.1, 1.5)
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor(select_bundle(Path(__file__).resolve().parents[2] / "models", "NVIDIA H200").manifest)
+
+
+def test_profiling_a_30_percent_jittery_job_takes_baselines_of_its_mean_iteration_time(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.3)
+    make_jittered_trace(spec, tmp_path / "job")
+    outcomes = [profile_replay(tmp_path / "job", 1001.0 + s, predictor) for s in (0.5, 7.3, 14.1, 21.7, 29.9)]
+    errors = [o.window_error for o in outcomes if o.conclusion == "baseline" and o.window_error is not None]
+    assert len(errors) >= 3, [o.events for o in outcomes]  # before counting: none (three failed windows each)
+    assert max(abs(e) for e in errors) < 0.02
+    assert all(o.clock_writes == 0 for o in outcomes)
+
+
+def test_a_50_percent_jittery_job_whose_short_iterations_are_invisible_gets_no_baseline(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """Stalls down to zero leave some iteration boundaries without a dip: a count of the visible ones would run
+    10-30% long. No baseline rather than a wrong one."""
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.5, duration_s=60.0)
+    make_jittered_trace(spec, tmp_path / "job")
+    outcomes = [profile_replay(tmp_path / "job", 1001.0 + s, predictor) for s in (0.5, 14.1, 29.9)]
+    for o in outcomes:
+        assert o.conclusion != "baseline" or abs(o.window_error or 0.0) <= 0.05, o.events
+
+
+def test_holding_a_jittery_job_declares_no_phase_change(tmp_path: Path, predictor: Predictor) -> None:
+    spec = JitterSpec(TRACES.parent / "h200-live" / "resnet_512", 0, 0.1, 0.1, seed=2)
+    make_jittered_trace(spec, tmp_path / "job")
+    run = hold_replay(tmp_path / "job", 0, predictor, duration_s=900.0, from_s=2.0)
+    assert run.events.get("hold", 0) >= 20 and run.phase_changes == 0, run.events
