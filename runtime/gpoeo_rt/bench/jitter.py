@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from gpoeo_rt.sampling.recorder import POLLED_BASE_COLUMNS
 from gpoeo_rt.tracefile import read_polled, read_trace
 
 FloatArray = npt.NDArray[np.float64]
@@ -157,24 +158,7 @@ def _write(
     rows = np.flatnonzero((src["t_s"] >= span.min() + 1.0) & (src["t_s"] <= span.max()))
     busy = tp >= spec.lead_s
     with (out / "nvml_polled.csv").open("w") as fh:
-        fh.write(
-            ",".join(
-                [
-                    "t_s",
-                    "p_inst_mw",
-                    "p_avg_mw",
-                    "p_usage_mw",
-                    "energy_mj",
-                    "util_gpu",
-                    "util_mem",
-                    "sm_clk",
-                    "mem_clk",
-                    "call_us",
-                    *names,
-                ]
-            )
-            + "\n"
-        )
+        fh.write(",".join([*POLLED_BASE_COLUMNS, *names]) + "\n")
         for j, a in enumerate(tp):
             r = rows[j % len(rows)]
             cells = [gpm[c][r] if busy[j] else 0.0 for c in names]

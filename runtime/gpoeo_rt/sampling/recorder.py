@@ -28,7 +28,8 @@ ITERATIONS_FILE = "iterations.csv"
 GPM_COLUMNS: tuple[tuple[str, str], ...] = tuple(
     (f"gpm_{metric.lower()}", feature) for metric, feature in GPM_METRIC_TO_FEATURE.items()
 )
-POLLED_COLUMNS: tuple[str, ...] = (
+# The polled file's columns before the GPM ones (every recording has these).
+POLLED_BASE_COLUMNS: tuple[str, ...] = (
     "t_s",
     "p_inst_mw",
     "p_avg_mw",
@@ -39,8 +40,8 @@ POLLED_COLUMNS: tuple[str, ...] = (
     "sm_clk",
     "mem_clk",
     "call_us",
-    *(column for column, _ in GPM_COLUMNS),
 )
+POLLED_COLUMNS: tuple[str, ...] = (*POLLED_BASE_COLUMNS, *(column for column, _ in GPM_COLUMNS))
 _EPS = 1e-9
 
 
