@@ -12,7 +12,12 @@ import typer
 
 from gpoeo_pipeline.collect.rawformat import LOCK_FILE
 
-app = typer.Typer(name="gpoeo-collect", add_completion=False, no_args_is_help=False)
+app = typer.Typer(
+    name="gpoeo-collect",
+    add_completion=False,
+    no_args_is_help=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 DEFAULT_SUITE = ("cnn", "transformer", "mlp", "gnn")
 
@@ -63,7 +68,7 @@ class _RichProgress:
         self._bar.stop()
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+@app.command(context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]})
 def main(
     command: Annotated[
         list[str] | None,

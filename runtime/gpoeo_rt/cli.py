@@ -6,8 +6,11 @@ import typer
 
 from gpoeo_rt import __version__
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}  # `-h` as well as `--help`, on every command
+
 app = typer.Typer(
     name="gpoeo-rt",
+    context_settings=HELP_OPTIONS,
     no_args_is_help=True,
     add_completion=False,
     help="gpoeo runtime: choose GPU clocks online to cut training energy within a slowdown bound.",
@@ -37,7 +40,9 @@ def version() -> None:
 
 
 trace_app = typer.Typer(
-    no_args_is_help=True, help="Record NVML traces (read-only) and detect iteration periods in them."
+    context_settings=HELP_OPTIONS,
+    no_args_is_help=True,
+    help="Record NVML traces (read-only) and detect iteration periods in them.",
 )
 app.add_typer(trace_app, name="trace")
 
@@ -458,7 +463,9 @@ def reset(
 
 # --- bundles and reports ---
 
-bundles_app = typer.Typer(no_args_is_help=True, help="List and verify the model bundles the runtime can load.")
+bundles_app = typer.Typer(
+    context_settings=HELP_OPTIONS, no_args_is_help=True, help="List and verify the model bundles the runtime can load."
+)
 app.add_typer(bundles_app, name="bundles")
 
 

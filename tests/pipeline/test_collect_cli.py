@@ -174,3 +174,9 @@ def test_builtin_runner_takes_the_markers_file_from_the_collectors_environment(
     monkeypatch.setenv(MARKERS_ENV, str(tmp_path / "m.txt"))
     workloads.main(["mlp", "--device", "cpu", "--steps", "1"])
     assert seen["markers"] == str(tmp_path / "m.txt")
+
+
+def test_dash_h_is_help() -> None:
+    result = CliRunner().invoke(app, ["-h"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output

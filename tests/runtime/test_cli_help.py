@@ -1,0 +1,18 @@
+"""`-h` works like `--help` on every command (what a new user types first)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from gpoeo_rt.cli import app
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["bench"], ["bench-suite"], ["start"], ["status"], ["reset"], ["trace"], ["trace", "detect"], ["bundles"]],
+)
+def test_dash_h_is_help(args: list[str]) -> None:
+    result = CliRunner().invoke(app, [*args, "-h"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and "--help" in result.output
