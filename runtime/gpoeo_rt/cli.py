@@ -484,27 +484,38 @@ def bundles_list(
     path: Annotated[
         str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of the text lines.")] = False,
 ) -> None:
     """One line per bundle: name, the GPUs it matches, its evaluation figures (not verified: see `verify`)."""
+    import json
+
     from gpoeo_rt.prediction.bundle import BundleError, parse_manifest
 
     root = _bundle_root(path)
     if not root.is_dir():
         typer.echo(f"error: {root}: bundle directory not found", err=True)
         raise typer.Exit(1)
-    typer.echo(f"bundles in {root}:")
+    entries: list[dict[str, Any]] = []
     for bundle_dir in sorted(p for p in root.iterdir() if (p / "manifest.json").exists()):
         try:
             m = parse_manifest(bundle_dir)
         except BundleError as exc:
-            typer.echo(f"  {bundle_dir.name:16s} UNREADABLE: {exc}")
+            entries.append({"name": bundle_dir.name, "error": str(exc)})
             continue
         ev = m.raw.get("evaluation") or {}
-        figures = ", ".join(
-            f"{k} {ev[k]:.1f}%" for k in ("mape_time_pct", "mape_energy_pct") if isinstance(ev.get(k), int | float)
-        )
-        names = ", ".join(m.nvml_names) or "any GPU without its own bundle"
-        typer.echo(f"  {m.name:16s} {names}  [{figures or 'no evaluation'}]")
+        figures = {k: ev[k] for k in ("mape_time_pct", "mape_energy_pct") if isinstance(ev.get(k), int | float)}
+        entries.append({"name": m.name, "nvml_names": list(m.nvml_names), "evaluation": figures})
+    if as_json:
+        typer.echo(json.dumps({"root": str(root), "bundles": entries}, indent=2))
+        return
+    typer.echo(f"bundles in {root}:")
+    for e in entries:
+        if "error" in e:
+            typer.echo(f"  {e['name']:16s} UNREADABLE: {e['error']}")
+            continue
+        figures_text = ", ".join(f"{k} {v:.1f}%" for k, v in e["evaluation"].items())
+        names = ", ".join(e["nvml_names"]) or "any GPU without its own bundle"
+        typer.echo(f"  {e['name']:16s} {names}  [{figures_text or 'no evaluation'}]")
 
 
 @bundles_app.command("verify")

@@ -345,6 +345,10 @@ def test_cli_bundles_verify_flags_a_corrupt_bundle(tmp_path: Path, bundles: Path
     assert result.exit_code == 1 and "FAILED" in result.output and "sha256" in result.output
     result = runner.invoke(app, ["bundles", "list", "--bundles", str(bundles)])
     assert result.exit_code == 0 and "generic" in result.output
+    result = runner.invoke(app, ["bundles", "list", "--bundles", str(bundles), "--json"])
+    listed = json.loads(result.output)
+    assert result.exit_code == 0 and [b["name"] for b in listed["bundles"]] == ["generic"]
+    assert listed["bundles"][0]["nvml_names"] == []
 
 
 def test_cli_start_rejects_bad_settings(tmp_path: Path) -> None:
