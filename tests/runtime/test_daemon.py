@@ -348,7 +348,7 @@ def test_cli_bundles_verify_flags_a_corrupt_bundle(tmp_path: Path, bundles: Path
     result = runner.invoke(app, ["bundles", "list", "--bundles", str(bundles), "--json"])
     listed = json.loads(result.output)
     assert result.exit_code == 0 and [b["name"] for b in listed["bundles"]] == ["generic"]
-    assert listed["bundles"][0]["nvml_names"] == []
+    assert listed["bundles"][0]["nvml_names"] == ["Sim GPU"]  # as the test bundle's manifest says
 
 
 def test_cli_start_rejects_bad_settings(tmp_path: Path) -> None:
