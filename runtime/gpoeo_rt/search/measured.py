@@ -16,8 +16,10 @@ form an interval, and the best measured config has an unmeasured gap below and a
 neighbours. A gap is probed while the belief expects a gain there, and the lower gap is always probed while the
 best config's measured slowdown is far below the bound (the belief cannot talk the search out of clocks nobody
 measured). Far from the bound a probe moves at least `min_jump` of the gap, so a wrong belief costs a bisection
-step, not a crawl; near the bound it tries the next lower clock. Other memory clocks are visited once each when
-the belief gives them a chance, and searched like the first when they win.
+step, not a crawl; near the bound it takes the lower config the belief expects to gain, else the next lower
+clock. A lower clock that ties with the best within the noise does not count as bracketing the minimum. Every
+other memory clock is visited once (nearest first), unless a config measured over the bound shows it slower
+everywhere, and searched like the first when it wins.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ _TIME_NOISE = 0.005  # log time ratio differences below this are measurement noi
 @dataclass(frozen=True)
 class Prior:
     """The model's ratios for every config of the grid (1 at the reference), and how far to trust them:
-    1 = counters in the model's training range, 0 = no information about this job (e.g. no counters)."""
+    1 = the GPU gave every counter the model reads, 0 = none (the model then knows only the average job)."""
 
     time_ratio: FloatArray
     energy_ratio: FloatArray
