@@ -10,7 +10,15 @@ from typing import Any
 
 from gpoeo_rt.bench.policies import BanditConfig, GpoeoPaperConfig, SweepConfig
 from gpoeo_rt.bench.report import check_targets, format_table, plot, summarize
-from gpoeo_rt.bench.runner import CLOCK_GRIDS, POLICIES, BenchInputError, BenchSettings, results_json, run_bench
+from gpoeo_rt.bench.runner import (
+    CLOCK_GRIDS,
+    POLICIES,
+    BenchInputError,
+    BenchSettings,
+    json_default,
+    results_json,
+    run_bench,
+)
 from gpoeo_rt.bench.sweeps import read_sweeps_file
 
 
@@ -159,17 +167,13 @@ def run_suite_command(
     meta = {"sweeps": str(sweeps), "clock_grid": clock_grid, "job_s": job_s, "simulated": True}
     if json_out is not None:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_out).write_text(json.dumps({**meta, **result}, indent=1, default=_plain))
+        Path(json_out).write_text(json.dumps({**meta, **result}, indent=1, default=json_default))
     if metrics_out is not None:
         Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
         Path(metrics_out).write_text(json.dumps(head, indent=1) + "\n")
     if plot_out is not None:
         plot_frontier(result, plot_out)
     return head
-
-
-def _plain(value: object) -> object:
-    return list(value) if isinstance(value, tuple) else float(value) if hasattr(value, "__float__") else str(value)
 
 
 def format_headline(head: dict[str, Any]) -> str:

@@ -49,6 +49,7 @@ from gpoeo_rt.bench.sweeps import Groups, Row
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.controller.state import Policy
 from gpoeo_rt.device import COUNTER_MODES, SimulatedGPU, SimulatedStepMarkers, SweepWorkload
+from gpoeo_rt.prediction.bundle import BundleError, parse_manifest
 from gpoeo_rt.search.objectives import Objective
 
 # gpoeo-rt times iterations from the power samples (no change to the training code); gpoeo-rt-markers is the same
@@ -142,9 +143,9 @@ MODEL_SOURCES: tuple[str, ...] = ("sku-folds", "generic-folds")
 def _trained_on(bundle: Path) -> list[str]:
     """The SKUs a bundle's manifest says its models learnt from (a bundle that saw a SKU is no test for it)."""
     try:
-        return list(json.loads((bundle / "manifest.json").read_text()).get("trained_on_skus", []))
-    except (OSError, ValueError) as exc:
-        raise BenchInputError(f"{bundle / 'manifest.json'}: unreadable ({exc})") from exc
+        return list(parse_manifest(bundle).raw.get("trained_on_skus", []))
+    except BundleError as exc:
+        raise BenchInputError(str(exc)) from exc
 
 
 def resolve_bundles(
@@ -329,4 +330,9 @@ def results_json(run: BenchRun, summary: list[dict[str, Any]], meta: dict[str, A
         "summary": summary,
         "runs": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(r).items()} for r in run.results],
     }
-    return json.dumps(payload, indent=1, default=lambda o: float(o) if isinstance(o, np.floating) else str(o))
+    return json.dumps(payload, indent=1, default=json_default)
+
+
+def json_default(value: object) -> object:
+    """What the bench's JSON files write for a value json cannot: numpy floats as numbers, anything else as text."""
+    return float(value) if isinstance(value, np.floating) else str(value)

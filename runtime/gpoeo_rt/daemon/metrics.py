@@ -60,18 +60,17 @@ class _StatusCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, StateSetMetricFamily
 
         gpus = self._status()["gpus"]
-        for name, doc, read in _GAUGES:
-            gauge = GaugeMetricFamily(name, doc, labels=list(LABELS))
-            for g in gpus:
-                if (value := read(g)) is not None:
-                    gauge.add_metric(_labels(g), float(value))
-            yield gauge
-        for name, doc, read in _COUNTERS:
-            counter = CounterMetricFamily(name, doc, labels=list(LABELS))
-            for g in gpus:
-                if (value := read(g)) is not None:
-                    counter.add_metric(_labels(g), float(value))
-            yield counter
+        kinds: tuple[tuple[type, tuple[tuple[str, str, Reader], ...]], ...] = (
+            (GaugeMetricFamily, _GAUGES),
+            (CounterMetricFamily, _COUNTERS),
+        )
+        for family_type, table in kinds:
+            for name, doc, read in table:
+                family = family_type(name, doc, labels=list(LABELS))
+                for g in gpus:
+                    if (value := read(g)) is not None:
+                        family.add_metric(_labels(g), float(value))
+                yield family
         for name, doc, key, values in (
             ("gpoeo_state", "The GPU controller's state", "state", STATES),
             ("gpoeo_mode", "control: gpoeo sets clocks; advise: it only recommends", "mode", MODES),

@@ -243,14 +243,14 @@ class MeasuredSearch:
         return int(line[gap[int(np.argmax(gains))]]), gain
 
     # -- the belief ---------------------------------------------------------------------------------------------
-    def _fit_prior(self) -> tuple[FloatArray, float, FloatArray]:
-        """The prior compressed into the physical form: (b_sm, b_mem), the power scale a (1 by definition) and the
-        power shape the per-job fit scales."""
+    def _fit_prior(self) -> tuple[FloatArray, FloatArray]:
+        """The prior compressed into the physical form: (b_sm, b_mem) and the power shape the per-job fit scales
+        (the prior's own power scale is 1 by definition)."""
         x = self._x
         ref_mem = self.mem_clock_mhz == self.mem_clock_mhz[self.ref_index]
         power_shape = np.clip(self.sm_clock_mhz / self.sm_clock_mhz[self.ref_index], 0.05, None) ** 2 - 1.0
         if self.prior is None:
-            return np.array([1.0, 0.3]), 1.0, power_shape + 0.15 * (-x[:, 1] / (1.0 + x[:, 1]))
+            return np.array([1.0, 0.3]), power_shape + 0.15 * (-x[:, 1] / (1.0 + x[:, 1]))
         t = np.asarray(self.prior.time_ratio, dtype=np.float64)
         p = np.asarray(self.prior.energy_ratio, dtype=np.float64) / t
         below = (x[:, 0] >= 0) & (x[:, 1] >= 0)
@@ -263,7 +263,7 @@ class MeasuredSearch:
         if mem_rows.any():
             rest = t[mem_rows] - 1.0 - b[0] * x[mem_rows, 0]
             b[1] = float(np.dot(x[mem_rows, 1], rest) / np.dot(x[mem_rows, 1], x[mem_rows, 1]))
-        return np.clip(b, 0.0, _B_MAX), 1.0, p - 1.0
+        return np.clip(b, 0.0, _B_MAX), p - 1.0
 
     @staticmethod
     def _pseudo_weight(model_weight: float) -> float:
@@ -279,7 +279,7 @@ class MeasuredSearch:
 
     def _belief(self) -> tuple[FloatArray, FloatArray, float]:
         """The belief and the weight the model's own curves had in it."""
-        b0, a0, power_shape = self._prior_fit
+        b0, power_shape = self._prior_fit
         idx = np.array(list(self._measurements.values), dtype=np.int64)
         t_meas = np.array([self._measurements.values[i][0] for i in idx.tolist()])
         e_meas = np.array([self._measurements.values[i][1] for i in idx.tolist()])
@@ -294,7 +294,7 @@ class MeasuredSearch:
         t_phys = 1.0 + self._x @ b
         # Power: the scale of the shape, fitted the same way.
         s = power_shape[idx]
-        a = float((np.dot(s, p_meas - 1.0) + w * a0) / (np.dot(s, s) + w))
+        a = float((np.dot(s, p_meas - 1.0) + w * 1.0) / (np.dot(s, s) + w))  # pulled towards the prior's 1
         a = float(np.clip(a, 0.0, 3.0))
         p_phys = np.clip(1.0 + a * power_shape, 0.05, None)
         log_t, log_p = np.log(np.clip(t_phys, 0.05, None)), np.log(p_phys)
