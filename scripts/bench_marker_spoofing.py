@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -29,49 +28,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpoeo_rt.bench.spoofing import SpoofedMarkerFeed
 from gpoeo_rt.controller import Controller, ControllerConfig, State
 from gpoeo_rt.daemon.marker_check import CheckedSampler
-from gpoeo_rt.daemon.markers import GPUMarkerSource, MarkerAdmission, MarkerBoard
+from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard
 from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
-from gpoeo_rt.sampling.markers import FloatArray, IntArray
 from gpoeo_rt.sampling.sampler import Sampler
 from tests.bundles import write_bundle
 
 JOB_PID, SPOOF_PID, SPOOF_UID = 1000, 2000, 65534
-
-
-class Feed(GPUMarkerSource):
-    """The daemon's board fed in simulated time by the job's true markers and a fixed-rate spoofer."""
-
-    def __init__(self, board: MarkerBoard, job: SimulatedStepMarkers, spoof_s: float) -> None:
-        super().__init__(board, [0])
-        self.board, self.job, self.spoof_s = board, job, spoof_s
-        self.fed_s = 0.0
-        self.spoof_step = 0
-
-    def _feed(self, start_s: float, end_s: float) -> None:
-        self.fed_s = max(self.fed_s, start_s - 1.0)
-        t, seq = self.job.markers_between(self.fed_s, end_s)
-        k0, k1 = math.floor(self.fed_s / self.spoof_s) + 1, math.floor(end_s / self.spoof_s) + 1
-        events = [(float(x), JOB_PID, int(k)) for x, k in zip(t, seq, strict=True)]
-        events += [(k * self.spoof_s, SPOOF_PID, 0) for k in range(k0, k1)]
-        for when, pid, step in sorted(events):
-            if pid == SPOOF_PID:
-                self.spoof_step += 1
-                step = self.spoof_step
-            uid = SPOOF_UID if pid == SPOOF_PID else 4321
-            self.board.offer(f"gpoeo-mark1 {step} {when:.6f} 0".encode(), pid, uid, uid)
-        self.fed_s = end_s
-
-    def candidates(self, start_s: float, end_s: float) -> list[tuple[int, FloatArray, IntArray]]:
-        self._feed(start_s, end_s)
-        return super().candidates(start_s, end_s)
-
-    def markers_between(self, start_s: float, end_s: float) -> tuple[FloatArray, IntArray]:
-        self._feed(start_s, end_s)
-        return super().markers_between(start_s, end_s)
 
 
 def run(workload: str, job_s: float, spoof_s: float, mode: str, predictor: Predictor, bound: float, seconds: float):
@@ -83,7 +50,9 @@ def run(workload: str, job_s: float, spoof_s: float, mode: str, predictor: Predi
     on_gpu = frozenset({JOB_PID} if mode == "admission" else {JOB_PID, SPOOF_PID})
     admission = None if mode == "blind" else MarkerAdmission(lambda index: on_gpu, clock=gpu.clock.now_s)
     board = MarkerBoard([(0, gpu.uuid)], gpu.clock.now_s, admission=admission, max_skew_s=60.0)
-    feed = Feed(board, SimulatedStepMarkers(gpu, seed=3), spoof_s)
+    feed = SpoofedMarkerFeed(
+        board, SimulatedStepMarkers(gpu, seed=3), spoof_s=spoof_s, job_pid=JOB_PID, spoofer=(SPOOF_PID, SPOOF_UID)
+    )
     sampler = Sampler(gpu, markers=feed) if mode == "blind" else CheckedSampler(gpu, feed)
     ctrl = Controller(gpu, predictor=predictor, config=ControllerConfig(max_slowdown=bound), sampler=sampler)
     reference = gpu.truth.operating_point(gpu.now_s()).iteration_s

@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpoeo_rt.bench.spoofing import SpoofedMarkerFeed
 from gpoeo_rt.controller import Controller, ControllerConfig, State
 from gpoeo_rt.daemon.control import ControlServer
 from gpoeo_rt.daemon.marker_check import CheckedSampler, marker_disagreement
-from gpoeo_rt.daemon.markers import GPUMarkerSource, MarkerAdmission, MarkerBoard, MarkerServer
+from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
 from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
 from gpoeo_rt.sampling.markers import FloatArray, IntArray
 from gpoeo_rt.sampling.sampler import Sampler
@@ -154,42 +155,6 @@ def test_admission_looks_up_a_stranger_at_most_once_per_interval_and_survives_a_
 # --- markers: a lying sender cannot move the decisions beyond the bound (simulated time) ----------------------
 
 
-class _Feed(GPUMarkerSource):
-    """The board as the daemon's controller reads it, with two senders feeding it in simulated time: the real job
-    (its true steps, as gpoeo_rt.client sends them) and a spoofer marking a fixed 100 ms whatever the clocks."""
-
-    def __init__(self, board: MarkerBoard, job: SimulatedStepMarkers, spoofer: tuple[int, int], job_pid: int) -> None:
-        super().__init__(board, [0])
-        self.board, self.job, self.spoof_pid, self.spoof_uid = board, job, spoofer[0], spoofer[1]
-        self.job_pid = job_pid
-        self.fed_s = 0.0
-        self.spoof_step = 0
-
-    def _feed(self, start_s: float, end_s: float) -> None:
-        self.fed_s = max(self.fed_s, start_s - 1.0)  # between windows nobody listens (the daemon's board would)
-        t, seq = self.job.markers_between(self.fed_s, end_s)
-        spoof = np.arange(math.floor(self.fed_s / 0.1) + 1, math.floor(end_s / 0.1) + 1) * 0.1
-        events = sorted(
-            [(float(x), "job", int(k)) for x, k in zip(t, seq, strict=True)] + [(float(x), "spoof", 0) for x in spoof]
-        )
-        for when, who, k in events:
-            if who == "job":
-                self.board.offer(f"gpoeo-mark1 {k} {when:.6f} 0".encode(), self.job_pid, 4321, 4321)
-            else:
-                self.spoof_step += 1
-                payload = f"gpoeo-mark1 {self.spoof_step} {when:.6f} 0".encode()
-                self.board.offer(payload, self.spoof_pid, self.spoof_uid, self.spoof_uid)
-        self.fed_s = end_s
-
-    def candidates(self, start_s: float, end_s: float) -> list[tuple[int, FloatArray, IntArray]]:
-        self._feed(start_s, end_s)
-        return super().candidates(start_s, end_s)
-
-    def markers_between(self, start_s: float, end_s: float) -> tuple[FloatArray, IntArray]:
-        self._feed(start_s, end_s)
-        return super().markers_between(start_s, end_s)
-
-
 def _spoofed_run(*, spoofer_admitted: bool, checked: bool, bundles: Path) -> tuple[float, dict[str, int], int]:
     """True slowdown of the config the controller ends up holding (job 257 ms/step at reference, spoofer 100 ms)."""
     from gpoeo_rt.prediction.bundle import verify_bundle
@@ -204,7 +169,9 @@ def _spoofed_run(*, spoofer_admitted: bool, checked: bool, bundles: Path) -> tup
     allowed = {job_pid, spoof_pid} if spoofer_admitted else {job_pid}
     admission = MarkerAdmission(lambda index: frozenset(allowed), clock=gpu.clock.now_s)
     board = MarkerBoard([(0, gpu.uuid)], gpu.clock.now_s, admission=admission, max_skew_s=60.0)
-    feed = _Feed(board, SimulatedStepMarkers(gpu, seed=3), (spoof_pid, NOBODY), job_pid)
+    feed = SpoofedMarkerFeed(
+        board, SimulatedStepMarkers(gpu, seed=3), spoof_s=0.1, job_pid=job_pid, spoofer=(spoof_pid, NOBODY)
+    )
     config = ControllerConfig(max_slowdown=0.05)
     sampler: Sampler
     sampler = CheckedSampler(gpu, feed) if checked else Sampler(gpu, markers=feed)
