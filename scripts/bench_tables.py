@@ -37,10 +37,19 @@ def main(argv: list[str]) -> int:
             jobs = rows[0]["workloads"] if rows else 0
             dominated = {k: v for k, v in data["dominated"].items() if v}
             print(f"\n**{set_name}, bound {float(bound):.0%}** ({jobs} jobs; dominated: {dominated or 'none'})\n")
-            print("| " + " | ".join(title for _, title, _ in COLUMNS) + " |")
-            print("|" + "---|" * len(COLUMNS))
+            physical = {r["policy"]: r for r in data.get("summary_physical", [])}
+            broken = len(result.get("tables_breaking_physics", {}).get(set_name, []))
+            dominated_physical = {k: v for k, v in data.get("dominated_physical", {}).items() if v}
+            print(
+                f"(last column: % of the oracle on the {jobs - broken} tables that keep to physics; "
+                f"dominated there: {dominated_physical or 'none'})\n"
+            )
+            print("| " + " | ".join(title for _, title, _ in COLUMNS) + " | % of oracle, physical |")
+            print("|" + "---|" * (len(COLUMNS) + 1))
             for r in rows:
                 cells = [fmt.format(r[key]) if r[key] is not None else "-" for key, _, fmt in COLUMNS]
+                kept = physical.get(r["policy"], {}).get("pct_of_oracle")
+                cells.append("-" if kept is None else f"{kept:.1f}%")
                 print("| " + " | ".join(cells) + " |")
     return 0
 

@@ -131,3 +131,15 @@ def test_cli_bench_suite_reports_bad_bounds_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["bench-suite", "--sweeps", str(sweeps), "--bounds", "0.05,abc"])
     assert result.exit_code == 2
     assert "--bounds" in result.output and "Traceback" not in result.output
+
+
+def test_tables_that_break_physics_are_measured_by_how_much_faster_a_lower_clock_runs() -> None:
+    from gpoeo_rt.bench.sweeps import faster_at_lower_clock
+
+    def rows(times: list[float], mem: float = 877.0) -> list[dict[str, object]]:
+        return [{"sm_clock_mhz": 900.0 + 100.0 * i, "mem_clock_mhz": mem, "time_s": t} for i, t in enumerate(times)]
+
+    assert faster_at_lower_clock(rows([2.0, 1.5, 1.2, 1.0])) == 0.0  # time falls as the clock rises
+    assert faster_at_lower_clock(rows([1.0, 1.2, 1.0])) == pytest.approx(0.2)  # 900 MHz runs 20% faster than 1000
+    # each memory clock's line on its own: a slower memory clock is no lower SM clock
+    assert faster_at_lower_clock(rows([2.0, 1.0], mem=500.0) + rows([1.0, 0.9])) == 0.0

@@ -215,3 +215,33 @@ def test_the_prior_is_normalised_to_the_reference_and_trusts_what_counters_the_j
     assert p.time_ratio[REF] == pytest.approx(1.0) and p.energy_ratio[REF] == pytest.approx(1.0)
     assert np.allclose(p.time_ratio, time_ratio) and np.allclose(p.energy_ratio, energy_ratio)
     assert p.why == "no counters"
+
+
+def test_a_memory_clock_is_judged_at_the_best_sm_clock_and_searched_upwards_when_it_costs_time() -> None:
+    # Lower memory saves energy but costs time: at the SM clock that is best at the reference memory clock it is
+    # over the bound, yet higher SM clocks on its line win (the simulated H200's memory-sensitive family).
+    sm = np.tile(np.arange(1200.0, 1981.0, 15.0), 2)
+    mem = np.repeat([2201.0, 3201.0], sm.size // 2)
+    ref = sm.size - 1
+    time_ratio = 0.25 * 1980.0 / sm + 0.04 * 3201.0 / mem + 0.71
+    energy_ratio = time_ratio * (0.35 + 0.4 * (sm / 1980.0) ** 2 + 0.25 * (mem / 3201.0))
+    search = MeasuredSearch(sm, mem, ref, Objective.ENERGY, 0.05, None)
+    run(search, time_ratio, energy_ratio, ref=ref)
+    oracle = pick_config(Objective.ENERGY, time_ratio, energy_ratio, 0.05 - search.accept_margin)
+    assert mem[oracle] == 2201.0 and mem[search.best()] == 2201.0
+    assert energy_ratio[search.best()] - energy_ratio[oracle] < 0.005
+
+
+def test_a_memory_clock_that_costs_no_time_is_taken_at_the_best_sm_clock() -> None:
+    # Time ignores the memory clock, energy falls with it (GTX 980 tables): the winner combines the best SM
+    # clock with the lowest memory clock, which a probe at the top SM clock of each memory line would miss.
+    sm = np.tile(np.arange(900.0, 1501.0, 15.0), 4)
+    mem = np.repeat([2100.0, 2600.0, 3100.0, 3900.0], sm.size // 4)
+    ref = sm.size - 1
+    time_ratio = 0.6 * 1500.0 / sm + 0.4
+    energy_ratio = time_ratio * (0.3 + 0.5 * (sm / 1500.0) ** 2 + 0.2 * (mem / 3900.0))
+    search = MeasuredSearch(sm, mem, ref, Objective.ENERGY, 0.05, None)
+    run(search, time_ratio, energy_ratio, ref=ref)
+    oracle = pick_config(Objective.ENERGY, time_ratio, energy_ratio, 0.05 - search.accept_margin)
+    assert mem[search.best()] == 2100.0
+    assert energy_ratio[search.best()] - energy_ratio[oracle] < 0.005

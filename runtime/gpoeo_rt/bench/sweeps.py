@@ -113,3 +113,23 @@ def read_sweeps_file(path: str | Path, skus: Sequence[str] | None = None) -> Gro
         which = f" for SKU(s) {', '.join(skus)}" if skus is not None else ""
         raise SweepsFileError(f"{path}: no sweep rows{which}")
     return dict(groups)
+
+
+def faster_at_lower_clock(rows: Sequence[Row]) -> float:
+    """How much faster a lower SM clock runs than a higher one on the same memory clock, at most, in one job's
+    measured table (0.0 when time never falls as the clock falls). Physics says time does not fall as a clock
+    falls; tables where it falls by more than a few percent hold measurement noise or artefacts that the
+    simulator replays as truth (docs/bench.md, "Tables that break physics")."""
+    by_mem: dict[float, list[tuple[float, float]]] = {}
+    for row in rows:
+        mem = float(row["mem_clock_mhz"])  # type: ignore[arg-type]
+        by_mem.setdefault(mem, []).append((float(row["sm_clock_mhz"]), float(row["time_s"])))  # type: ignore[arg-type]
+    worst = 0.0
+    for points in by_mem.values():
+        times = [t for _, t in sorted(points)]
+        slowest_above = 0.0
+        for t in reversed(times):  # from the highest SM clock down
+            if slowest_above > 0.0 and t > 0.0:
+                worst = max(worst, slowest_above / t - 1.0)
+            slowest_above = max(slowest_above, t)
+    return worst

@@ -141,19 +141,37 @@ class MeasuredSearch:
         for probe, gain in sides:
             if probe is not None:
                 candidates.append((gain, probe))
-        # Every memory clock is measured once (the belief knows least about them without counters): at the
-        # config the belief likes best there, or at its fastest when the belief puts the whole line over the bound.
+        # Every memory clock is measured once (the belief knows least about them without counters), at the best
+        # config's SM clock (the nearest on that line): the probe isolates the memory clock's own effect, and the
+        # search moves to that line when it wins.
         ref_mem = float(self.mem_clock_mhz[self.ref_index])
+        over_bound = self._known_over_bound()
         for mem in sorted(self._mems.tolist(), key=lambda m: abs(m - ref_mem)):
             if mem in self._visited_mem:
                 continue
             other = self._lines[mem]
-            if self._known_over_bound()[other].all():
+            open_configs = other[~over_bound[other]]
+            if open_configs.size == 0:
                 continue  # slower than a config measured over the bound, at every SM clock
-            pick = int(other[np.argmin(values[other])]) if np.isfinite(values[other]).any() else int(other[-1])
+            if len(self._visited_mem) >= 2 and not np.isfinite(values[open_configs]).any():
+                continue  # two memory clocks measured fix the belief's memory share: over the bound all along
+            distance = np.abs(self.sm_clock_mhz[open_configs] - self.sm_clock_mhz[best])
+            pick = int(open_configs[np.argmin(distance)])
             gain = best_value - float(values[pick]) if np.isfinite(values[pick]) else 0.0
             candidates.append((max(gain, 0.0) + self.mem_explore_tol, pick))
             break  # the nearest unvisited memory clock first
+        # A visited memory clock other than the best's stays in play: its best unmeasured config by the belief
+        # (which now knows that clock's effect), when that beats the best measured one beyond the noise.
+        best_mem = float(self.mem_clock_mhz[best])
+        for mem in self._visited_mem - {best_mem}:
+            other = self._lines[mem]
+            unmeasured = [i for i in other[~over_bound[other]].tolist() if i not in self._measurements.values]
+            if not unmeasured:
+                continue
+            pick = unmeasured[int(np.argmin(values[unmeasured]))]
+            gain = best_value - float(values[pick])
+            if gain > self.gain_tol:
+                candidates.append((gain, pick))
         if not candidates:
             return None
         gain, probe = max(candidates)
