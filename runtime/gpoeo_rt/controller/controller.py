@@ -730,7 +730,11 @@ class Controller:
         # Measure longer when the decision hinges on this probe: its slowdown is near the bound, or it is far
         # from what the calibrated model expects (a surprise, or a rare wrong period lock).
         near_bound = cfg.objective is Objective.ENERGY and abs(time_ratio - 1.0 - cfg.max_slowdown) < cfg.near_bound
-        surprise = exp_time is not None and abs(time_ratio / exp_time - 1.0) > cfg.plausible_deviation
+        # (Not when it is clearly over the bound: more windows would not change what the search does with it.)
+        clearly_over = time_ratio > 1.0 + cfg.max_slowdown + cfg.near_bound
+        surprise = (
+            exp_time is not None and abs(time_ratio / exp_time - 1.0) > cfg.plausible_deviation and not clearly_over
+        )
         if (near_bound or surprise or implausible) and len(parts) < cfg.max_probe_windows:
             self._probe_parts = parts
             why = (

@@ -9,10 +9,11 @@ on these GPUs; the reason is logged); the window then goes to the controller wit
 without markers (it falls back to the power signal, or re-profiles a marker-timed phase). The sender that timed the
 previous window is preferred among those that agree equally well (the signal showing their period beats a whole
 multiple of it, which beats a window the signal cannot check): a sender that appears later does not take over a
-phase. Senders that agree equally well but mark different periods, none of them the previous window's, leave the
-window without markers (the signal cannot arbitrate between two stories). So a marker can move timing only within
-`tolerance` of what the signal confirms, or in windows it cannot check, only from a sender it never contradicted and
-no other sender disputes.
+phase. Among senders the signal confirms, the one nearest to the signal's own period times the window (an imitator
+within the tolerance cannot shift the job's baseline). Senders that agree equally well but mark different periods
+otherwise leave the window without markers (the signal cannot arbitrate between two stories). So a marker can move
+timing only within `tolerance` of what the signal confirms, or in windows it cannot check, only from a sender it
+never contradicted and no other sender disputes.
 
 Marker periods shorter than two power-sample intervals cannot show in the samples as themselves, but a periodic
 job still leaves its alias there (12 ms steps sampled at 50 Hz beat at 60 ms): when the signal resolves a period,
@@ -82,6 +83,9 @@ def marker_agreement(
     if not signal.ok or signal.period_s is None:
         return UNCHECKED, "the power signal resolves no period"
     if marked.period_s < 2.0 * dt:
+        if signal.method != "fold":
+            # A counted mean (jittery cycles) is no sharp frequency: it cannot show or miss an alias.
+            return UNCHECKED, "the power signal's period is a counted mean, not an alias to compare"
         return _alias_agreement(marked.period_s, signal.period_s, dt, tolerance)
     ratio = marked.period_s / signal.period_s
     whole = round(ratio)
@@ -97,6 +101,13 @@ def marker_disagreement(window: PowerWindow, t_s: FloatArray, seq: IntArray, **c
     """Why these markers contradict the window's power signal, or None when they do not (or it cannot tell)."""
     verdict, why = marker_agreement(window, t_s, seq, **check)  # type: ignore[arg-type]
     return why if verdict in (CONTRADICTED, ALIAS_MISS) else None
+
+
+def _off_signal(signal_s: float | None, t_s: FloatArray, seq: IntArray) -> float:
+    """How far a sender's marked period is from the power signal's period (relative; inf when either is missing)."""
+    if signal_s is None or len(t_s) < 2 or seq[-1] <= seq[0]:
+        return math.inf
+    return abs((t_s[-1] - t_s[0]) / float(seq[-1] - seq[0]) / signal_s - 1.0)
 
 
 def _alias_agreement(marker_s: float, signal_s: float, dt_s: float, tolerance: float) -> tuple[int, str]:
@@ -185,9 +196,16 @@ class CheckedSampler(Sampler):
         if best_class == UNCHECKED and missed:
             self.ambiguous += 1  # the signal contradicted one sender and can vouch for none of the others
             return window
-        if chosen[3] != self._last_sender and not self._same_period(tied):
-            # Senders that agree equally well with the GPU but not with each other, none of them the one that timed
-            # the previous window: the signal cannot arbitrate, so none of them times this window.
+        if best_class == CONFIRMED and len(tied) > 1:
+            # Several senders the signal confirms (each within the tolerance): the one nearest to the signal's own
+            # period times the window, so that an imitator within 2% cannot shift the job's baseline or hide its
+            # slowdown (the signal's period is good to ~0.3% over a window).
+            signal = detect_period(window.t_s, window.power_w, max_period_s=self._max_period_s).period_s
+            chosen = min(tied, key=lambda g: _off_signal(signal, g[4], g[5]))
+        elif (chosen[3] != self._last_sender or best_class == UNCHECKED) and not self._same_period(tied):
+            # Senders that agree equally well with the GPU but not with each other: the signal cannot arbitrate, so
+            # none of them times this window. The previous window's sender keeps it only where the signal vouches
+            # for its period: unchecked, a sender that came first could pose as the job while the job slows down.
             self.ambiguous += 1
             return window
         _, _, _, pid, t_s, seq = chosen
