@@ -1,5 +1,6 @@
 """The `gpoeo-rt` command line: it parses, calls into the layers below and prints; it holds no logic."""
 
+import os
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -217,8 +218,7 @@ LockDirOption = Annotated[
 ]
 
 
-# The settings each non-start command reads from the file and the environment (load_config's `only`).
-CLIENT_SETTINGS = ("run_dir",)
+# The settings `reset` reads from the file and the environment (load_config's `only`).
 RESET_SETTINGS = ("gpus", "group", "simulate", "sim_gpus", "state_dir", "run_dir", "lock_dir")
 
 
@@ -232,14 +232,38 @@ def _config(file: str | None, only: tuple[str, ...] | None = None, **overrides: 
         raise typer.Exit(2) from exc
 
 
-def _request(run_dir: str, payload: dict[str, Any]) -> dict[str, Any]:
-    from gpoeo_rt.daemon.control import ControlError, request
+def _client_run_dirs(config: str | None, run_dir: str | None) -> list[str]:
+    """Where status/stop/set look for the daemon (the lookup order of gpoeo_rt.client.paths)."""
+    from gpoeo_rt.daemon.config import ConfigError, client_run_dirs
 
     try:
-        reply = request(run_dir, payload)
-    except ControlError as exc:
+        return client_run_dirs(config, overrides={"run_dir": run_dir})
+    except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(2) from exc
+
+
+def _request(run_dirs: list[str], payload: dict[str, Any]) -> dict[str, Any]:
+    """Ask the first daemon that answers in `run_dirs`; one line naming every place tried when none does."""
+    from gpoeo_rt.daemon.control import ControlError, NoDaemonError, request
+
+    missing: list[str] = []
+    for run_dir in run_dirs:
+        try:
+            reply = request(run_dir, payload)
+            break
+        except NoDaemonError as exc:
+            missing.append(str(exc))
+        except ControlError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    else:
+        if len(missing) == 1:
+            typer.echo(f"error: {missing[0]}", err=True)
+        else:
+            tried = " or ".join(run_dirs)
+            typer.echo(f"error: no gpoeo-rt daemon answers in {tried} (start one, or pass --run-dir)", err=True)
+        raise typer.Exit(1)
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error', 'the daemon refused the request')}", err=True)
         raise typer.Exit(1)
@@ -331,17 +355,34 @@ def start(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
     )
-    daemon = Daemon(cfg, say=lambda line: typer.echo(line, err=True))
+    say = _say_err
+    if os.geteuid() != 0:
+        say(f"gpoeo-rt: not root: sockets in {cfg.run_dir}, clock state and decision logs in {cfg.state_dir}")
+    daemon = Daemon(cfg, say=say)
     try:
         code = daemon.run()
     except AlreadyRunningError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from exc
+    except PermissionError as exc:
+        typer.echo(f"error: {exc}; {_PERMISSION_HINT}", err=True)
+        raise typer.Exit(1) from exc
     except (GPUError, BundleError, LockDirError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     _print_summary(daemon.status())
     raise typer.Exit(code)
+
+
+# What to do about a folder the daemon may not write (a user given root's /run/gpoeo-rt or /var/lib/gpoeo-rt).
+_PERMISSION_HINT = (
+    "run as root, or leave --run-dir/--state-dir unset for a user's own folders ($XDG_RUNTIME_DIR/gpoeo-rt, "
+    "~/.local/state/gpoeo-rt)"
+)
+
+
+def _say_err(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 def _fmt(value: object, spec: str, suffix: str = "") -> str:
@@ -395,8 +436,7 @@ def status(
     per iteration, saving so far, slowdown."""
     import json
 
-    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
-    reply = _request(cfg.run_dir, {"cmd": "status"})
+    reply = _request(_client_run_dirs(config, run_dir), {"cmd": "status"})
     if as_json:
         typer.echo(json.dumps(reply["status"], indent=2))
     else:
@@ -406,8 +446,7 @@ def status(
 @app.command()
 def stop(config: ConfigOption = None, run_dir: RunDirOption = None) -> None:
     """Ask the running daemon to give the clocks back and exit."""
-    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
-    typer.echo(_request(cfg.run_dir, {"cmd": "stop"})["message"])
+    typer.echo(_request(_client_run_dirs(config, run_dir), {"cmd": "stop"})["message"])
 
 
 @app.command("set")
@@ -418,13 +457,13 @@ def set_(
     run_dir: RunDirOption = None,
 ) -> None:
     """Change the running daemon's objective or slowdown bound (root or socket_group only)."""
-    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
+    run_dirs = _client_run_dirs(config, run_dir)
     payload: dict[str, Any] = {"cmd": "set"}
     if objective is not None:
         payload["objective"] = objective
     if max_slowdown is not None:
         payload["max_slowdown"] = max_slowdown
-    typer.echo(_request(cfg.run_dir, payload)["message"])
+    typer.echo(_request(run_dirs, payload)["message"])
 
 
 @app.command()
