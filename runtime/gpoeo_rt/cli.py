@@ -389,33 +389,46 @@ def _fmt(value: object, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _print_summary(status: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _clock_text(pair: object) -> str:
+    return f"{pair[0]}/{pair[1]}" if isinstance(pair, list | tuple) and len(pair) == 2 else "-"
 
-    table = Table(title=f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
-    columns = ("GPU", "state", "period", "timing", "clocks (SM/mem)", "baseline J/it", "now J/it", "saving", "slowdown")
-    for column in columns:
-        table.add_column(column)
+
+def _print_summary(status: dict[str, Any]) -> None:
+    """The per-GPU table (gpoeo_rt.tables: fits a terminal, whole in a pipe or the journal), then the problems."""
+    from gpoeo_rt.tables import Column, render
+
+    columns = (
+        Column("gpus", left=True, label="GPU"),
+        Column("state", left=True),
+        Column("period_ms", ".1f", label="period_ms"),
+        Column("timing", left=True, drop=3),
+        Column("clocks", left=True, label="SM/mem_MHz"),
+        Column("advised", left=True, drop=1, label="advised"),
+        Column("baseline_j", ".3f", drop=2, label="base_J/it"),
+        Column("now_j", ".3f", drop=2, label="now_J/it"),
+        Column("saving_so_far_pct", ".1f"),
+        Column("slowdown_so_far_pct", ".1f"),
+    )
+    rows = []
     for g in status["gpus"]:
         base, now = g["baseline"] or {}, g["now"] or {}
-        clocks = g["clocks"]
-        advised = g.get("advised_clocks")
-        clock_text = "-" if clocks is None else f"{clocks[0]}/{clocks[1]}"
-        if advised:
-            clock_text += f" (advise {advised[0]}/{advised[1]})"
-        table.add_row(
-            ",".join(map(str, g["gpus"])),
-            g["state"],
-            _fmt(now.get("period_s") and now["period_s"] * 1e3, ".1f", " ms"),
-            g.get("timing") or "-",
-            clock_text,
-            _fmt(base.get("energy_per_iteration_j"), ".3f"),
-            _fmt(now.get("energy_per_iteration_j"), ".3f"),
-            _fmt(g["saving_so_far_pct"], ".1f", "%"),
-            _fmt(g["slowdown_so_far_pct"], ".1f", "%"),
+        period = now.get("period_s")
+        rows.append(
+            {
+                "gpus": ",".join(map(str, g["gpus"])),
+                "state": g["state"],
+                "period_ms": None if period is None else period * 1e3,
+                "timing": g.get("timing") or "-",
+                "clocks": _clock_text(g["clocks"]),
+                "advised": _clock_text(g.get("advised_clocks")),
+                "baseline_j": base.get("energy_per_iteration_j"),
+                "now_j": now.get("energy_per_iteration_j"),
+                "saving_so_far_pct": g["saving_so_far_pct"],
+                "slowdown_so_far_pct": g["slowdown_so_far_pct"],
+            }
         )
-    Console(stderr=False).print(table)
+    typer.echo(f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
+    typer.echo(render(columns, rows))
     for g in status["gpus"]:
         if g.get("stuck"):
             typer.echo(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s")
@@ -590,8 +603,10 @@ def report(
 ) -> None:
     """Summarise a decision log (what was decided, measured saving and slowdown) and optionally plot it."""
     import json
+    import textwrap
 
     from gpoeo_rt.daemon.report import LogError, plot_timeline, read_log, summarise
+    from gpoeo_rt.tables import LABELS, terminal
 
     try:
         records = read_log(log)
@@ -608,10 +623,13 @@ def report(
             per_iteration = f"{base['period_s'] * 1e3:.1f} ms, {base['energy_per_iteration_j']:.2f} J"
             typer.echo(f"  baseline per iteration at reference clocks: {per_iteration}")
         typer.echo(
-            f"  measured saving {_fmt(summary['saving_pct'], '.1f', '%')} at slowdown "
-            f"{_fmt(summary['slowdown_pct'], '.1f', '%')} (exploration included)"
+            f"  measured {LABELS['saving_pct']} {_fmt(summary['saving_pct'], '.1f')}, "
+            f"{LABELS['slowdown_pct']} {_fmt(summary['slowdown_pct'], '.1f')} (exploration included)"
         )
-        typer.echo("  events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items())))
+        events = "events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items()))
+        tty, width = terminal()
+        for line in textwrap.wrap(events, width - 2) if tty else [events]:
+            typer.echo(f"  {line}")
     if plot is not None:
         try:
             plot_timeline(records, plot, title=str(log))

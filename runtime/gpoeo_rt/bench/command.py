@@ -20,6 +20,7 @@ from gpoeo_rt.bench.runner import (
     run_bench,
 )
 from gpoeo_rt.bench.sweeps import read_sweeps_file
+from gpoeo_rt.tables import Column, render
 
 
 def parse_list(text: str | None, what: str, allowed: Sequence[str] | None = None) -> list[str] | None:
@@ -176,19 +177,29 @@ def run_suite_command(
     return head
 
 
-def format_headline(head: dict[str, Any]) -> str:
-    """One line per set, bound and policy, and who dominates our policies (fits 80 columns)."""
-    lines = [f"{'set@bound':<25} {'policy':<16} {'%orc':>6} {'save%':>6} {'slow%':>6} {'over%':>6} {'conv_s':>6}"]
+HEADLINE_COLUMNS: tuple[Column, ...] = (
+    Column("set", left=True),
+    Column("policy", left=True),
+    Column("pct_of_oracle", ".1f"),
+    Column("saving_pct", ".2f"),
+    Column("slowdown_pct", ".2f"),
+    Column("over_bound_pct", ".1f"),
+    Column("worst_pct", ".2f", drop=2),
+    Column("converge_s", ".1f", drop=1),
+)
+
+
+def format_headline(head: dict[str, Any], *, tty: bool | None = None, width: int | None = None) -> str:
+    """One row per set, bound and policy (the bench's vocabulary, gpoeo_rt.tables), then who dominates our
+    policies, one line per set and bound."""
+    rows = [
+        {"set": key, "policy": policy, **row}
+        for key, data in head.items()
+        for policy, row in data.items()
+        if isinstance(row, dict) and "pct_of_oracle" in row
+    ]
+    lines = [render(HEADLINE_COLUMNS, rows, tty=tty, width=width)]
     for key, data in head.items():
-        for policy, row in data.items():
-            if not isinstance(row, dict) or "pct_of_oracle" not in row:
-                continue
-            pct = row["pct_of_oracle"]
-            lines.append(
-                f"{key:<25.25} {policy:<16.16} {pct if pct is not None else float('nan'):6.1f} "
-                f"{row['saving_pct']:6.2f} {row['slowdown_pct']:6.2f} {row['over_bound_pct']:6.1f} "
-                f"{row['converge_s']:6.1f}"
-            )
         verdicts = [f"{ours} by {', '.join(by)}" for ours, by in data["dominated_by"].items() if by]
-        lines.append(f"{key:<25.25} dominated: {'; '.join(verdicts) or 'none'}")
+        lines.append(f"{key}: dominated: {'; '.join(verdicts) or 'none'}")
     return "\n".join(lines)
