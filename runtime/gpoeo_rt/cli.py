@@ -575,8 +575,11 @@ def bundles_verify(
     path: Annotated[
         str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of the text lines.")] = False,
 ) -> None:
     """Check every bundle's manifest (and its seal), sha256 and feature schema; exit 1 if any fails."""
+    import json
+
     from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
 
     root = _bundle_root(path)
@@ -584,15 +587,18 @@ def bundles_verify(
     if not dirs:
         typer.echo(f"error: {root}: no bundles found", err=True)
         raise typer.Exit(1)
-    failed = 0
+    checked: list[dict[str, Any]] = []
     for bundle_dir in dirs:
         try:
             verify_bundle(bundle_dir, sealed=True)
-            typer.echo(f"ok      {bundle_dir}")
+            checked.append({"path": str(bundle_dir), "ok": True})
         except BundleError as exc:
-            failed += 1
-            typer.echo(f"FAILED  {bundle_dir}: {exc}")
-    raise typer.Exit(1 if failed else 0)
+            checked.append({"path": str(bundle_dir), "ok": False, "error": str(exc)})
+    if as_json:
+        typer.echo(json.dumps({"root": str(root), "bundles": checked}, indent=2))
+    for c in [] if as_json else checked:
+        typer.echo(f"ok      {c['path']}" if c["ok"] else f"FAILED  {c['path']}: {c['error']}")
+    raise typer.Exit(0 if all(c["ok"] for c in checked) else 1)
 
 
 @app.command()

@@ -161,3 +161,24 @@ def test_report_on_a_narrow_terminal_wraps_the_events(
     assert result.exit_code == 0, result.output
     assert all(len(line) <= 60 for line in result.output.splitlines()[1:])
     assert "saving%" in result.output and "slow%" in result.output
+
+
+def test_every_read_command_has_json() -> None:
+    """status, report, bundles list/verify, trace detect: each takes --json (bench and bench-suite write it)."""
+    runner = CliRunner()
+    for command in (["status"], ["report"], ["bundles", "list"], ["bundles", "verify"], ["trace", "detect"]):
+        result = runner.invoke(cli.app, [*command, "--help"], terminal_width=200)
+        assert result.exit_code == 0 and "--json" in result.output, command
+
+
+def test_bundles_verify_json(tmp_path: Any) -> None:
+    import json
+
+    from tests.bundles import write_bundle
+
+    write_bundle(tmp_path / "generic", name="generic")
+    (tmp_path / "broken").mkdir()
+    result = CliRunner().invoke(cli.app, ["bundles", "verify", "--bundles", str(tmp_path), "--json"])
+    assert result.exit_code == 1
+    checked = {b["path"].rsplit("/", 1)[-1]: b for b in json.loads(result.output)["bundles"]}
+    assert checked["generic"]["ok"] and not checked["broken"]["ok"] and checked["broken"]["error"]
