@@ -693,7 +693,12 @@ def bench(
     ] = "realistic",
     json_out: Annotated[str | None, typer.Option("--json", help="Write per-run results and summary here.")] = None,
     plot_out: Annotated[str | None, typer.Option("--plot", help="Write a PNG comparing the policies.")] = None,
-    metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the summary only (DVC metrics).")] = None,
+    metrics_out: Annotated[
+        str | None, typer.Option("--metrics", help="Write the headline figures (DVC metrics) here.")
+    ] = None,
+    summary_out: Annotated[
+        str | None, typer.Option("--summary", help="Write the summary table (no per-run rows) here.")
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 2,
     limit: Annotated[int, typer.Option("--limit", min=0, help="At most N workloads per SKU (0: all).")] = 0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
@@ -723,6 +728,7 @@ def bench(
             json_out=json_out,
             plot_out=plot_out,
             metrics_out=metrics_out,
+            summary_out=summary_out,
             jobs=jobs,
             limit=limit,
             seed=seed,
@@ -766,7 +772,13 @@ def bench_suite(
     ] = "data/eval/source-holdout",
     models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
     json_out: Annotated[str | None, typer.Option("--json", help="Write every run and summary here.")] = None,
-    metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the headline (DVC metrics).")] = None,
+    metrics_out: Annotated[
+        str | None,
+        typer.Option("--metrics-dir", help="Write the headline figures (DVC metrics), suite-<set>.json, here."),
+    ] = None,
+    summary_out: Annotated[
+        str | None, typer.Option("--summary", help="Write every policy's figures per set and bound here.")
+    ] = None,
     plot_out: Annotated[str | None, typer.Option("--plot", help="Write the saving-vs-slowdown PNG.")] = None,
 ) -> None:
     """Every policy on in-distribution and out-of-distribution sets at several bounds (simulated jobs)."""
@@ -792,6 +804,7 @@ def bench_suite(
             models_root=models_root,
             json_out=json_out,
             metrics_out=metrics_out,
+            summary_out=summary_out,
             plot_out=plot_out,
             echo=typer.echo,
         )

@@ -136,6 +136,11 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
     assert set(generic_index["folds"]) == {"sim-a", "sim-b", "sim-c"}
     generic_metrics = json.loads((workdir / "metrics/generic.json").read_text())
     assert set(generic_metrics["per_held_out_sku"]) == {"sim-a", "sim-b", "sim-c"}
+    # The headline dvc lists: three figures per bundle, rounded, in the keys every headline file shares.
+    head = json.loads((workdir / "metrics/headline/sim-a.json").read_text())
+    assert set(head) == {"energy_mape_pct", "regret_pts", "over_bound_pct"}
+    assert head["energy_mape_pct"] == round(metrics["overall"]["xgboost"]["mape_energy_pct"], 2)
+    assert json.loads((workdir / "metrics/headline/features.json").read_text()) == {"skus": 3}
     # Hyperparameters chosen inside each fold and for the shipped models, recorded where they were chosen.
     assert sum(metrics["fold_choices"]["time"]["chosen"].values()) == 8
     assert set(metrics["fold_choices"]["time"]["chosen"]) <= {"max_depth=2", "max_depth=3"}

@@ -189,11 +189,18 @@ def test_cli_bench_on_a_tiny_csv_writes_json_and_a_plot(tmp_path: Path, folds_ro
         [
             *("bench", "--sweeps", str(sweeps), "--policy", "default,oracle,gpoeo-rt,sweep,gpoeo-paper,bandit"),
             *("--job-seconds", "300", "--jobs", "1", "--folds-root", str(folds_root), "--json", str(out)),
-            *("--plot", str(png)),
+            *("--plot", str(png), "--summary", str(tmp_path / "summary.json")),
+            *("--metrics", str(tmp_path / "headline.json")),
         ],
     )
     assert result.exit_code == 0, result.output
     assert "gpoeo-rt" in result.output and "simulated" in result.output
+    headline = json.loads((tmp_path / "headline.json").read_text())
+    assert set(headline) == {"of_oracle_pct", "slowdown_pct", "over_bound_pct"}  # few figures for dvc
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "wall_s" not in summary and "runs" not in summary  # nothing volatile in a tracked file
+    ours = next(r for r in summary["summary"] if r["sku"] == "all" and r["policy"] == "gpoeo-rt")
+    assert headline["slowdown_pct"] == round(ours["mean_slowdown_pct"], 2)
     payload = json.loads(out.read_text())
     assert payload["simulated"] is True
     runs = {(r["workload"], r["policy"]): r for r in payload["runs"]}

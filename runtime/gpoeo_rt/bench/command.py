@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpoeo_rt.bench.policies import BanditConfig, GpoeoPaperConfig, SweepConfig
-from gpoeo_rt.bench.report import check_targets, format_table, plot, summarize
+from gpoeo_rt.bench.report import check_targets, format_table, headline, plot, summarize
 from gpoeo_rt.bench.runner import (
     CLOCK_GRIDS,
     POLICIES,
@@ -20,6 +20,7 @@ from gpoeo_rt.bench.runner import (
     run_bench,
 )
 from gpoeo_rt.bench.sweeps import read_sweeps_file
+from gpoeo_rt.figures import rounded
 from gpoeo_rt.tables import Column, render
 
 
@@ -50,6 +51,7 @@ def run_bench_command(
     json_out: str | Path | None,
     plot_out: str | Path | None,
     metrics_out: str | Path | None = None,
+    summary_out: str | Path | None = None,
     jobs: int,
     limit: int,
     seed: int,
@@ -113,10 +115,11 @@ def run_bench_command(
     if json_out is not None:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(results_json(run, summary, meta))
-    if metrics_out is not None:  # the summary without the per-run rows (small enough for `dvc metrics show`)
-        Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
-        compact = {**meta, "wall_s": run.wall_s, "jobs": run.jobs, "models": run.models, "summary": summary}
-        Path(metrics_out).write_text(json.dumps(compact, indent=1))
+    if summary_out is not None:  # the summary without the per-run rows, and without the wall time (volatile)
+        compact = {**meta, "jobs": run.jobs, "models": run.models, "summary": summary}
+        _write_json(summary_out, rounded(compact))
+    if metrics_out is not None:  # the headline `dvc metrics show` lists
+        _write_json(metrics_out, headline(summary))
     if plot_out is not None:
         plot(summary, plot_out, max_slowdown, grid)
     return targets
@@ -141,10 +144,11 @@ def run_suite_command(
     json_out: str | Path | None,
     metrics_out: str | Path | None,
     plot_out: str | Path | None,
+    summary_out: str | Path | None = None,
     echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run the evaluation suite (bench.suite) and report; returns the headline."""
-    from gpoeo_rt.bench.suite import SET_NAMES, build_sets, headline, plot_frontier, run_suite
+    from gpoeo_rt.bench.suite import SET_NAMES, build_sets, headline, plot_frontier, run_suite, suite_headlines
 
     chosen = parse_list(policies, "--policy", POLICIES) or list(POLICIES)
     set_names = parse_list(sets, "--set", SET_NAMES) or list(SET_NAMES)
@@ -169,12 +173,19 @@ def run_suite_command(
     if json_out is not None:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps({**meta, **result}, indent=1, default=json_default))
-    if metrics_out is not None:
-        Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(metrics_out).write_text(json.dumps(head, indent=1) + "\n")
+    if summary_out is not None:  # per set and bound, every policy's figures
+        _write_json(summary_out, head)
+    if metrics_out is not None:  # the headline `dvc metrics show` lists: gpoeo-rt per set at one bound
+        for set_name, figures in suite_headlines(result).items():
+            _write_json(Path(metrics_out) / f"suite-{set_name}.json", figures)
     if plot_out is not None:
         plot_frontier(result, plot_out)
     return head
+
+
+def _write_json(path: str | Path, payload: Any) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(payload, indent=1, default=json_default) + "\n")
 
 
 HEADLINE_COLUMNS: tuple[Column, ...] = (

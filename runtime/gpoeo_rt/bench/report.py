@@ -113,6 +113,20 @@ def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float, max_slowd
     return out
 
 
+def headline(summary: Sequence[Mapping[str, Any]], policy: str = "gpoeo-rt") -> dict[str, Any]:
+    """The few figures `dvc metrics show` lists for a bench run (all SKUs, one policy), under the names every
+    headline file shares (pipeline/headline.py): % of the oracle's saving, mean slowdown, runs over the bound."""
+    row = next((r for r in summary if r["sku"] == ALL_SKUS and r["policy"] == policy), None)
+    if row is None:
+        return {}
+    of_oracle = row["pct_of_oracle"]
+    return {
+        "of_oracle_pct": None if of_oracle is None else round(float(of_oracle), 1),
+        "slowdown_pct": round(float(row["mean_slowdown_pct"]), 2),
+        "over_bound_pct": round(float(row["violations_pct"]), 1),
+    }
+
+
 # The bench table: sku, policy and the headline figures always; the rest as the terminal's width allows.
 BENCH_COLUMNS: tuple[Column, ...] = (
     Column("sku", left=True),

@@ -170,6 +170,27 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# The set names as headline file stems (metrics/headline/suite-<stem>.json), short so `dvc metrics show` stays narrow.
+HEADLINE_STEMS = {
+    "in-distribution": "in-dist",
+    "leave-one-sku-out": "sku-out",
+    "leave-one-source-out": "source-out",
+    "synthetic": "synthetic",
+}
+HEADLINE_BOUND = 0.05
+
+
+def suite_headlines(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per set, gpoeo-rt's headline (bench.report.headline) at the 5% bound (else the first bound run)."""
+    from gpoeo_rt.bench.report import headline as bench_headline
+
+    out: dict[str, dict[str, Any]] = {}
+    for set_name, per_bound in result["sets"].items():
+        key = min(per_bound, key=lambda b: abs(float(b) - HEADLINE_BOUND))
+        out[HEADLINE_STEMS.get(set_name, set_name)] = bench_headline(per_bound[key]["summary"])
+    return out
+
+
 def _round(value: float | None) -> float | None:
     return None if value is None else round(float(value), 2)
 
