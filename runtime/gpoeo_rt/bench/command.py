@@ -21,6 +21,7 @@ from gpoeo_rt.bench.runner import (
 )
 from gpoeo_rt.bench.sweeps import read_sweeps_file
 from gpoeo_rt.figures import rounded
+from gpoeo_rt.progress import Bars
 from gpoeo_rt.tables import Column, render
 
 
@@ -89,9 +90,17 @@ def run_bench_command(
             max_slowdown=max_slowdown,
         ),
     )
-    run = run_bench(
-        groups, chosen, settings, folds_root=Path(folds_root), models_root=Path(models_root), jobs=jobs, limit=limit
-    )
+    with Bars() as bars:  # a bar while a terminal watches (the bench takes minutes); nothing in a log
+        run = run_bench(
+            groups,
+            chosen,
+            settings,
+            folds_root=Path(folds_root),
+            models_root=Path(models_root),
+            jobs=jobs,
+            limit=limit,
+            progress=bars.task("bench: simulated jobs"),
+        )
     summary = summarize(run.results, chosen)
     targets = check_targets(summary, run.wall_s, max_slowdown)
     n_workloads = len({(r.sku, r.workload) for r in run.results})
@@ -164,9 +173,17 @@ def run_suite_command(
     settings = BenchSettings(
         job_s=job_s, iteration_s=iteration_s, seed=seed, clock_grid=clock_grid, sm_step_mhz=sm_step_mhz
     )
-    result = run_suite(
-        eval_sets, bound_values, chosen, settings, models_root=Path(models_root), jobs=jobs, progress=echo
-    )
+    with Bars() as bars:
+        result = run_suite(
+            eval_sets,
+            bound_values,
+            chosen,
+            settings,
+            models_root=Path(models_root),
+            jobs=jobs,
+            progress=echo,
+            bar=bars.task,
+        )
     head = headline(result)
     echo(format_headline(head))
     meta = {"sweeps": str(sweeps), "clock_grid": clock_grid, "job_s": job_s, "simulated": True}

@@ -55,6 +55,7 @@ from gpoeo_rt.controller.state import Policy, State
 from gpoeo_rt.device import COUNTER_MODES, SimulatedGPU, SimulatedStepMarkers, SweepWorkload, h200_spec
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.progress import Bars
 from gpoeo_rt.search.objectives import Objective
 from gpoeo_rt.tables import Column, render
 
@@ -440,13 +441,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks, source = build_tasks(args)
     t0 = time.perf_counter()
     results: list[RunResult] = []
-    if args.jobs > 1:
-        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-            for batch in pool.imap_unordered(evaluate_workload, tasks, chunksize=4):
-                results.extend(batch)
-    else:
-        for task in tasks:
-            results.extend(evaluate_workload(task))
+    with Bars() as bars:  # a bar while a terminal watches; nothing in a log
+        advance = bars.task("simulated jobs")
+        if args.jobs > 1:
+            with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+                for done, batch in enumerate(pool.imap_unordered(evaluate_workload, tasks, chunksize=4), 1):
+                    results.extend(batch)
+                    advance(done, len(tasks))
+        else:
+            for done, task in enumerate(tasks, 1):
+                results.extend(evaluate_workload(task))
+                advance(done, len(tasks))
     wall_s = time.perf_counter() - t0
     summary = summarize(results, args.max_slowdown)
     latency = prediction_latency_ms(Path(args.latency_bundle)) if Path(args.latency_bundle).exists() else None

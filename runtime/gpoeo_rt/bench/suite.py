@@ -101,8 +101,10 @@ def run_suite(
     models_root: Path,
     jobs: int,
     progress: Callable[[str], None] | None = None,
+    bar: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> dict[str, Any]:
-    """Every set at every bound; returns {"sets": {set: {bound: {"summary", "dominated", "wall_s", "runs"}}}}."""
+    """Every set at every bound; returns {"sets": {set: {bound: {"summary", "dominated", "wall_s", "runs"}}}}.
+    `progress` gets a line per set and bound; `bar(description)` gives the jobs' progress callback of each."""
     out: dict[str, Any] = {"bounds": list(bounds), "policies": list(policies), "sets": {}}
     for eval_set in sets:
         per_bound: dict[str, Any] = {}
@@ -122,6 +124,7 @@ def run_suite(
                 models_root=models_root,
                 jobs=jobs,
                 models=eval_set.models,
+                progress=None if bar is None else bar(f"{eval_set.name} at {bound:.0%}"),
             )
             summary = summarize(run.results, policies)
             overall = [r for r in summary if r["sku"] == ALL_SKUS]
