@@ -12,6 +12,7 @@ fi
 # The stamp holds the pyproject hash and the extras installed; an install with more extras serves fewer.
 stamp="$venv/.gpoeo-installed"
 hash="$(sha256sum < "$repo_root/pyproject.toml" | cut -d' ' -f1)"
+had_hash="" had_extras=""
 read -r had_hash had_extras 2>/dev/null < "$stamp" || true
 missing=""
 for extra in ${GPOEO_EXTRAS//,/ }; do
