@@ -703,7 +703,9 @@ def bench(
     limit: Annotated[int, typer.Option("--limit", min=0, help="At most N workloads per SKU (0: all).")] = 0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     folds_root: Annotated[str, typer.Option("--folds-root", help="Leave-out fold bundles.")] = "data/eval",
-    models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
+    models_root: Annotated[
+        str | None, typer.Option("--models-root", help="Shipped bundles (default: the installed ones).")
+    ] = None,
     sweep_iterations: Annotated[int, typer.Option("--sweep-iterations", min=2)] = 40,
     bandit_round_iterations: Annotated[int, typer.Option("--bandit-round-iterations", min=2)] = 25,
     bandit_exploration: Annotated[float, typer.Option("--bandit-exploration", min=0.0)] = 1.0,
@@ -733,7 +735,7 @@ def bench(
             limit=limit,
             seed=seed,
             folds_root=folds_root,
-            models_root=models_root,
+            models_root=str(_bundle_root(models_root)),
             sweep_iterations=sweep_iterations,
             bandit_round_iterations=bandit_round_iterations,
             bandit_exploration=bandit_exploration,
@@ -770,7 +772,9 @@ def bench_suite(
     source_root: Annotated[
         str, typer.Option("--source-root", help="Leave-one-source-out fold bundles.")
     ] = "data/eval/source-holdout",
-    models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
+    models_root: Annotated[
+        str | None, typer.Option("--models-root", help="Shipped bundles (default: the installed ones).")
+    ] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write every run and summary here.")] = None,
     metrics_out: Annotated[
         str | None,
@@ -801,7 +805,7 @@ def bench_suite(
             thin=thin,
             folds_root=folds_root,
             source_root=source_root,
-            models_root=models_root,
+            models_root=str(_bundle_root(models_root)),
             json_out=json_out,
             metrics_out=metrics_out,
             summary_out=summary_out,
