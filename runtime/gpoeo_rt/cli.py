@@ -395,7 +395,7 @@ def _clock_text(pair: object) -> str:
 
 def _print_summary(status: dict[str, Any]) -> None:
     """The per-GPU table (gpoeo_rt.tables: fits a terminal, whole in a pipe or the journal), then the problems."""
-    from gpoeo_rt.tables import Column, render
+    from gpoeo_rt.tables import Column, fit, render
 
     columns = (
         Column("gpus", left=True, label="GPU"),
@@ -431,12 +431,13 @@ def _print_summary(status: dict[str, Any]) -> None:
     typer.echo(render(columns, rows))
     for g in status["gpus"]:
         if g.get("stuck"):
-            typer.echo(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s")
+            typer.echo(fit(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s"))
         if g.get("error"):
-            typer.echo(f"GPU {g['gpus']}: last error: {g['error']}")
+            typer.echo(fit(f"GPU {g['gpus']}: last error: {g['error']}"))
         log = g.get("logging")
         if log and not log.get("logging"):
-            typer.echo(f"GPU {g['gpus']}: not logging decisions: {log.get('error')} ({log.get('dropped')} dropped)")
+            why = f"{log.get('error')} ({log.get('dropped')} dropped)"
+            typer.echo(fit(f"GPU {g['gpus']}: not logging decisions: {why}"))
 
 
 @app.command()
@@ -609,10 +610,9 @@ def report(
 ) -> None:
     """Summarise a decision log (what was decided, measured saving and slowdown) and optionally plot it."""
     import json
-    import textwrap
 
     from gpoeo_rt.daemon.report import LogError, plot_timeline, read_log, summarise
-    from gpoeo_rt.tables import LABELS, terminal
+    from gpoeo_rt.tables import LABELS, fit
 
     try:
         records = read_log(log)
@@ -633,9 +633,7 @@ def report(
             f"{LABELS['slowdown_pct']} {_fmt(summary['slowdown_pct'], '.1f')} (exploration included)"
         )
         events = "events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items()))
-        tty, width = terminal()
-        for line in textwrap.wrap(events, width - 2) if tty else [events]:
-            typer.echo(f"  {line}")
+        typer.echo(fit(f"  {events}", indent="    "))
     if plot is not None:
         try:
             plot_timeline(records, plot, title=str(log))

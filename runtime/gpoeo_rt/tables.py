@@ -72,6 +72,14 @@ def terminal() -> tuple[bool, int]:
     return sys.stdout.isatty(), shutil.get_terminal_size((80, 24)).columns
 
 
+def fit(line: str, *, indent: str = "", tty: bool | None = None, width: int | None = None) -> str:
+    """A line of prose wrapped to the terminal's width (continuation lines indented); unchanged off a terminal."""
+    is_tty, term_width = terminal()
+    if not (is_tty if tty is None else tty):
+        return line
+    return "\n".join(textwrap.wrap(line, width or term_width, subsequent_indent=indent or "  "))
+
+
 def render(
     columns: Sequence[Column],
     rows: Sequence[Mapping[str, Any]],

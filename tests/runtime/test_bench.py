@@ -333,3 +333,19 @@ def test_end_to_end_on_real_v100_workloads_with_leave_out_folds() -> None:
         for name in ("sweep", "gpoeo-paper", "bandit"):
             assert by[(w, name)].saving <= oracle.saving + 0.005  # nobody beats holding the best config from t=0
         assert "/folds/" in (ours.bundle or "")
+
+
+def test_plot_without_matplotlib_fails_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from gpoeo_rt.bench import command
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(command.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else real(name))
+    ran: list[object] = []
+    monkeypatch.setattr(command, "run_bench", lambda *a, **k: ran.append(a))
+    sweeps = _write_csv(tmp_path / "s.csv", _rows("memory/kernel/input0", 0.3))
+    for argv in (["bench", "--sweeps", str(sweeps)], ["bench-suite", "--sweeps", str(sweeps), "--set", "synthetic"]):
+        result = CliRunner().invoke(app, [*argv, "--plot", str(tmp_path / "x.png")])
+        assert result.exit_code == 2 and "--plot needs matplotlib: pip install 'gpoeo[pipeline]'" in result.output
+    assert not ran

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -22,7 +23,13 @@ from gpoeo_rt.bench.runner import (
 from gpoeo_rt.bench.sweeps import read_sweeps_file
 from gpoeo_rt.figures import rounded
 from gpoeo_rt.progress import Bars
-from gpoeo_rt.tables import Column, render
+from gpoeo_rt.tables import Column, fit, render
+
+
+def require_matplotlib(option: str) -> None:
+    """Before any work: an option that draws needs matplotlib (the pipeline extra)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise BenchInputError(f"{option} needs matplotlib: pip install 'gpoeo[pipeline]' (or leave {option} out)")
 
 
 def parse_list(text: str | None, what: str, allowed: Sequence[str] | None = None) -> list[str] | None:
@@ -70,6 +77,8 @@ def run_bench_command(
         raise BenchInputError(f"--clock-grid: unknown {clock_grid!r}; choose from {', '.join(CLOCK_GRIDS)}")
     if sm_step_mhz < 1:
         raise BenchInputError(f"--sm-step-mhz: {sm_step_mhz} must be >= 1")
+    if plot_out is not None:
+        require_matplotlib("--plot")
     sku_list = parse_list(skus, "--sku")
     groups = read_sweeps_file(sweeps, sku_list)
     settings = BenchSettings(
@@ -106,14 +115,15 @@ def run_bench_command(
     n_workloads = len({(r.sku, r.workload) for r in run.results})
     grid = "measured SM clocks" if clock_grid == "measured" else f"fine SM grid ({sm_step_mhz} MHz steps)"
     echo(
-        f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}, {grid}, "
-        f"{counters} counters: "
-        f"{run.wall_s:.1f} s wall with {jobs} process(es) (simulated jobs, not hardware)"
+        fit(
+            f"{n_workloads} workloads x {len(chosen)} policies, {job_s:g} s jobs, bound {max_slowdown:.1%}, {grid}, "
+            f"{counters} counters: {run.wall_s:.1f} s wall with {jobs} process(es) (simulated jobs, not hardware)"
+        )
     )
     if run.models:
-        echo("models: " + ", ".join(f"{n} workloads: {why}" for why, n in sorted(run.models.items())))
+        echo(fit("models: " + ", ".join(f"{n} workloads: {why}" for why, n in sorted(run.models.items()))))
     echo(format_table(summary))
-    echo("targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))
+    echo(fit("targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items())))
     meta = {
         "sweeps": str(sweeps),
         "policies": chosen,
@@ -167,6 +177,8 @@ def run_suite_command(
         raise BenchInputError(f"--bounds: {bounds!r} is not a comma list of numbers") from exc
     if not bound_values or not all(0.0 < b < 1.0 for b in bound_values):
         raise BenchInputError(f"--bounds: {bounds!r}: each bound must be in (0, 1)")
+    if plot_out is not None:
+        require_matplotlib("--plot")
     needs_sweeps = any(name != "synthetic" for name in set_names)
     groups = read_sweeps_file(sweeps, None) if needs_sweeps else {}
     eval_sets = build_sets(groups, set_names, folds_root=Path(folds_root), source_root=Path(source_root), thin=thin)
