@@ -148,6 +148,9 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
     info = json.loads((workdir / "data/models/sim-a/train_info.json").read_text())
     assert [c["settings"]["max_depth"] for c in info["models"]["time"]["candidates"]] == [2, 3]
     assert manifest.raw["hyperparameters"]["time"] == info["models"]["time"]["chosen"]
+    # Provenance that a rebuild from the same sources reproduces (no git revision, which changes with every commit).
+    assert manifest.raw["pipeline_sources_sha256"] == bundle.pipeline_sources_sha256()
+    assert "pipeline_git_revision" not in manifest.raw
     assert generic.raw["hyperparameters"]["power"]["max_depth"] == 2
     for name in ("pred_vs_measured.png", "pareto.png"):
         assert (workdir / "plots/sim-a" / name).read_bytes()[:4] == b"\x89PNG"
