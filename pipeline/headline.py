@@ -4,7 +4,7 @@ names keep it within 160 characters). The full figures stay in the stage's detai
 a DVC out that `dvc metrics show` does not list).
 
 Keys (one vocabulary; the bench's are the runtime's, gpoeo_rt.bench.report.headline):
-- `energy_mape_pct`: cross-validated error of the predicted energy ratio (held-out workloads; generic: held-out SKUs);
+- `mape_energy_pct`: cross-validated error of the predicted energy ratio (held-out workloads; generic: held-out SKUs);
 - `regret_pts`: mean energy points the model's pick loses to the measured optimum at the 5% bound;
 - `over_bound_pct`: share of held-out workloads (bench: jobs) whose measured slowdown breaks the 5% bound;
 - `rows`: rows kept by ingest; `skus`: SKUs a model can be trained on; `outside_pct`: share of a new GPU's
@@ -29,7 +29,7 @@ def model_headline(report: dict[str, Any]) -> dict[str, Any]:
     xgb = report["overall"]["xgboost"]
     at5 = xgb.get("energy_at_5pct") or {}
     return {
-        "energy_mape_pct": _r(xgb["mape_energy_pct"]),
+        "mape_energy_pct": _r(xgb["mape_energy_pct"]),
         "regret_pts": _r(at5.get("mean_regret_pts")),
         "over_bound_pct": _r(None if at5.get("violation_rate") is None else 100 * at5["violation_rate"], 1),
     }
@@ -40,7 +40,7 @@ def source_holdout_headline(report: dict[str, Any]) -> dict[str, Any]:
     pairs = [v for v in report.values() if isinstance(v, dict) and "mape_energy_pct" in v]
     weight = sum(v["held_out_workloads"] for v in pairs)
     mape = sum(v["mape_energy_pct"] * v["held_out_workloads"] for v in pairs) / weight if weight else None
-    return {"energy_mape_pct": _r(mape)}
+    return {"mape_energy_pct": _r(mape)}
 
 
 def ingest_headline(summary: dict[str, Any]) -> dict[str, Any]:

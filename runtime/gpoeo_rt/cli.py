@@ -561,14 +561,18 @@ def bundles_list(
     if as_json:
         typer.echo(json.dumps({"root": str(root), "bundles": entries}, indent=2))
         return
+    from gpoeo_rt.tables import LABELS, fit
+
     typer.echo(f"bundles in {root}:")
+    indent = " " * 19
     for e in entries:
         if "error" in e:
-            typer.echo(f"  {e['name']:16s} UNREADABLE: {e['error']}")
+            typer.echo(fit(f"  {e['name']:16s} UNREADABLE: {e['error']}", indent=indent))
             continue
-        figures_text = ", ".join(f"{k} {v:.1f}%" for k, v in e["evaluation"].items())
+        figures_text = "  ".join(f"{LABELS.get(k, k)} {v:.1f}" for k, v in e["evaluation"].items())
         names = ", ".join(e["nvml_names"]) or "any GPU without its own bundle"
-        typer.echo(f"  {e['name']:16s} {names}  [{figures_text or 'no evaluation'}]")
+        line = f"  {e['name']:16s} {figures_text or 'no evaluation'}  for: {names}"
+        typer.echo(fit(line, indent=indent))
 
 
 @bundles_app.command("verify")

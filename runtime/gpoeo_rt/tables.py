@@ -40,6 +40,8 @@ LABELS: dict[str, str] = {
     "converge_s": "conv_s",
     "p95_converge_s": "p95_s",
     "mean_probes": "probes",
+    "mape_time_pct": "time_mape%",  # cross-validated error of the predicted time ratio
+    "mape_energy_pct": "energy_mape%",
 }
 
 

@@ -24,7 +24,7 @@ def _model_report(mape: float, regret: float, violation_rate: float) -> dict[str
 
 def test_model_headline_rounds_to_what_the_figures_mean() -> None:
     head = h.model_headline(_model_report(3.2248892966504794, 1.4215782729966466, 0.0379746835443038))
-    assert head == {"energy_mape_pct": 3.22, "regret_pts": 1.42, "over_bound_pct": 3.8}
+    assert head == {"mape_energy_pct": 3.22, "regret_pts": 1.42, "over_bound_pct": 3.8}
 
 
 def test_source_holdout_headline_weights_by_held_out_workloads() -> None:
@@ -32,7 +32,7 @@ def test_source_holdout_headline_weights_by_held_out_workloads() -> None:
         "a/s1": {"held_out_workloads": 30, "mape_energy_pct": 10.0},
         "a/s2": {"held_out_workloads": 10, "mape_energy_pct": 20.0},
     }
-    assert h.source_holdout_headline(report) == {"energy_mape_pct": 12.5}
+    assert h.source_holdout_headline(report) == {"mape_energy_pct": 12.5}
 
 
 def test_small_stage_headlines() -> None:

@@ -196,7 +196,7 @@ def test_cli_bench_on_a_tiny_csv_writes_json_and_a_plot(tmp_path: Path, folds_ro
     assert result.exit_code == 0, result.output
     assert "gpoeo-rt" in result.output and "simulated" in result.output
     headline = json.loads((tmp_path / "headline.json").read_text())
-    assert set(headline) == {"of_oracle_pct", "slowdown_pct", "over_bound_pct"}  # few figures for dvc
+    assert set(headline) == {"pct_of_oracle", "slowdown_pct", "over_bound_pct"}  # few figures for dvc
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert "wall_s" not in summary and "runs" not in summary  # nothing volatile in a tracked file
     assert not any("wall" in k for k in summary["targets"])

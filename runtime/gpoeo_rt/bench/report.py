@@ -121,7 +121,7 @@ def headline(summary: Sequence[Mapping[str, Any]], policy: str = "gpoeo-rt") -> 
         return {}
     of_oracle = row["pct_of_oracle"]
     return {
-        "of_oracle_pct": None if of_oracle is None else round(float(of_oracle), 1),
+        "pct_of_oracle": None if of_oracle is None else round(float(of_oracle), 1),
         "slowdown_pct": round(float(row["mean_slowdown_pct"]), 2),
         "over_bound_pct": round(float(row["violations_pct"]), 1),
     }
