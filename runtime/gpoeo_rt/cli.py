@@ -8,10 +8,14 @@ import typer
 from gpoeo_rt import __version__
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}  # `-h` as well as `--help`, on every command
+# rich_markup_mode=None on every Typer: help and usage errors as plain text: rich's boxed help cuts long
+# option names and values at 80 columns (`--bandit-round-iter…`); click's plain help wraps, never cuts, and
+# reads the same in a pipe.
 
 app = typer.Typer(
     name="gpoeo-rt",
     context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,
     no_args_is_help=True,
     add_completion=False,
     help="gpoeo runtime: choose GPU clocks online to cut training energy within a slowdown bound.",
@@ -42,6 +46,7 @@ def version() -> None:
 
 trace_app = typer.Typer(
     context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,
     no_args_is_help=True,
     help="Record NVML traces (read-only) and detect iteration periods in them.",
 )
@@ -517,7 +522,10 @@ def reset(
 # --- bundles and reports ---
 
 bundles_app = typer.Typer(
-    context_settings=HELP_OPTIONS, no_args_is_help=True, help="List and verify the model bundles the runtime can load."
+    context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="List and verify the model bundles the runtime can load.",
 )
 app.add_typer(bundles_app, name="bundles")
 
@@ -669,7 +677,7 @@ def bench(
         str | None,
         typer.Option(
             "--policy",
-            help="Comma list of default,oracle,gpoeo-rt,gpoeo-rt-markers,sweep,gpoeo-paper,bandit (default all).",
+            help="Comma list (default all): default, oracle, gpoeo-rt, gpoeo-rt-markers, sweep, gpoeo-paper, bandit.",
         ),
     ] = None,
     sku: Annotated[str | None, typer.Option("--sku", help="Comma list of SKUs to run (default: every SKU).")] = None,
@@ -758,7 +766,7 @@ def bench_suite(
         str | None,
         typer.Option(
             "--set",
-            help="Comma list of in-distribution,leave-one-sku-out,leave-one-source-out,synthetic (default all).",
+            help="Comma list (default all) of: in-distribution, leave-one-sku-out, leave-one-source-out, synthetic.",
         ),
     ] = None,
     bounds: Annotated[str, typer.Option("--bounds", help="Comma list of slowdown bounds.")] = "0.02,0.05,0.1",
