@@ -4,6 +4,7 @@ client of an unprivileged job must still reach the host's root daemon, and `stat
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,8 +53,21 @@ def test_client_lookup_order() -> None:
     assert paths.client_run_dirs("/x", euid=1000, environ=with_env) == ["/x"]
 
 
+# A user's uid: the real one, or 1000 when the tests run as root (the user's folders are then chowned to it).
+AS_ROOT = os.geteuid() == 0
+USER = os.geteuid() or 1000
+
+
+def _own(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o755)  # whatever the umask
+    if AS_ROOT:
+        os.chown(folder, USER, -1)
+    return folder
+
+
 def test_daemon_config_defaults_follow_the_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(paths.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(paths.os, "geteuid", lambda: USER)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_STATE_HOME", raising=False)
@@ -63,6 +77,8 @@ def test_daemon_config_defaults_follow_the_user(monkeypatch: pytest.MonkeyPatch,
     assert cfg.state_dir == str(tmp_path / "home" / ".local" / "state" / "gpoeo-rt")
     assert load_config(overrides={"run_dir": "/elsewhere"}).run_dir == "/elsewhere"
     assert client_run_dirs(overrides={"run_dir": "/elsewhere"}) == ["/elsewhere"]
+    assert client_run_dirs() == ["/run/gpoeo-rt"]  # the user's folder does not exist: not tried
+    _own(tmp_path / "xdg" / "gpoeo-rt")
     assert client_run_dirs() == [str(tmp_path / "xdg" / "gpoeo-rt"), "/run/gpoeo-rt"]
 
 
@@ -75,12 +91,10 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
     system = tmp_path / "system"
     system.mkdir()
     monkeypatch.setattr(paths, "SYSTEM_RUN_DIR", str(system))
-    monkeypatch.setattr(paths.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(paths.os, "geteuid", lambda: USER)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "xdg"))
     monkeypatch.delenv("GPOEO_RT_RUN_DIR", raising=False)
-    own = tmp_path / "xdg" / "gpoeo-rt"
-    own.mkdir(parents=True)
-    return {"system": system, "own": own}
+    return {"system": system, "own": _own(tmp_path / "xdg" / "gpoeo-rt")}
 
 
 def _listen(folder: Path) -> socket.socket:
@@ -122,6 +136,23 @@ def test_the_users_own_daemon_wins_when_it_answers(host: dict[str, Path]) -> Non
     client = MarkerClient(gpu=0, min_interval_s=0.0)
     client.mark()
     assert _got(own) and not _got(system)
+
+
+def test_a_folder_someone_else_made_in_the_users_place_is_not_used(
+    host: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without $XDG_RUNTIME_DIR the user's folder is in the shared /tmp: another user could make it first."""
+    planted, system = _listen(host["own"]), _listen(host["system"])
+    monkeypatch.setattr(paths.os, "geteuid", lambda: USER + 1)  # the folder is not this caller's
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(host["own"].parent))
+    client = MarkerClient(gpu=0, min_interval_s=0.0)
+    client.mark()
+    assert _got(system) and not _got(planted)
+    host["own"].chmod(0o777)  # nor one that others can write to, even if the caller's
+    monkeypatch.setattr(paths.os, "geteuid", lambda: USER)
+    client = MarkerClient(gpu=0, min_interval_s=0.0)
+    client.mark()
+    assert _got(system) and not _got(planted)
 
 
 def test_the_environment_pins_the_folder(host: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:

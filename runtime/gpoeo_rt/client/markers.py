@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from gpoeo_rt.client.paths import client_run_dirs
+from gpoeo_rt.client.paths import client_run_dirs, usable_run_dir
 
 MARKER_SOCKET = "markers.sock"
 PROTOCOL = b"gpoeo-mark1"
@@ -85,7 +85,8 @@ class MarkerClient:
         gpu: GPU | Iterable[GPU] | None = None,
         min_interval_s: float = MIN_INTERVAL_S,
     ):
-        self._paths = [os.path.join(d, MARKER_SOCKET) for d in client_run_dirs(run_dir)]
+        self._dirs = client_run_dirs(run_dir)
+        self._paths = [os.path.join(d, MARKER_SOCKET) for d in self._dirs]
         self.path = self._paths[-1]  # the socket connected to (before any: the last candidate, the host's)
         self._gpus = _token(gpu)
         self._min_interval_s = min_interval_s
@@ -122,7 +123,9 @@ class MarkerClient:
     def _connect(self) -> bool:
         """Connect to the first candidate socket that accepts (a stale one refuses and is passed over)."""
         error: OSError | None = None
-        for path in self._paths:
+        for directory, path in zip(self._dirs, self._paths, strict=True):
+            if not usable_run_dir(directory, self._dirs):
+                continue  # "our" folder, made by someone else
             try:
                 if self._sock is None:
                     self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -137,8 +140,7 @@ class MarkerClient:
             self.path = path
             self._connected = True
             return True
-        assert error is not None
-        self._disconnect(error)
+        self._disconnect(error or FileNotFoundError(errno.ENOENT, "no daemon", self._paths[-1]))
         return False
 
     def _disconnect(self, exc: OSError) -> None:

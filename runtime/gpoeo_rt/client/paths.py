@@ -14,12 +14,14 @@ Where a client (`mark_step()`, `gpoeo-rt status`/`stop`/`set`) looks, first matc
 3. the caller's own default run dir (above), when a daemon answers there: a user who started a daemon of their own;
 4. the host's `/run/gpoeo-rt`: the root daemon, the usual case for a training job on a shared host.
 With 1 or 2 only that folder is used; 3 and 4 are tried in order at every (re)connect, so a stale socket left by
-a killed daemon is passed over and a daemon started after the job is found.
+a killed daemon is passed over and a daemon started after the job is found. The caller's own folder counts only
+when it is the caller's (`owned_by_caller`): in a shared /tmp another user could have made it first.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 
@@ -73,3 +75,20 @@ def client_run_dirs(
         return [from_env]
     own = default_run_dir(euid=euid, environ=environ)
     return [own] if own == SYSTEM_RUN_DIR else [own, SYSTEM_RUN_DIR]
+
+
+def owned_by_caller(directory: str, *, euid: int | None = None) -> bool:
+    """A real directory of the caller's that nobody else can write to."""
+    try:
+        info = os.lstat(directory)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == _euid(euid) and not info.st_mode & 0o022
+
+
+def usable_run_dir(directory: str, candidates: list[str], *, euid: int | None = None) -> bool:
+    """Whether a client may use `directory`, one of `candidates` (client_run_dirs): an explicit folder or the
+    host's always; the caller's own default folder only when it is the caller's (owned_by_caller)."""
+    if len(candidates) == 1 or directory == SYSTEM_RUN_DIR:
+        return True
+    return owned_by_caller(directory, euid=euid)

@@ -192,8 +192,10 @@ def client_run_dirs(
     else the client lookup of gpoeo_rt.client.paths (the caller's own daemon, then the host's)."""
     values, _ = _gather(file, environ, overrides, ("run_dir",))
     from gpoeo_rt.client.paths import client_run_dirs as lookup
+    from gpoeo_rt.client.paths import usable_run_dir
 
-    return lookup(values.get("run_dir"), environ=environ)
+    dirs = lookup(values.get("run_dir"), environ=environ)
+    return [d for d in dirs if usable_run_dir(d, dirs)]
 
 
 def _gather(
