@@ -8,9 +8,9 @@ Usage: python -m gpoeo_pipeline.bundle <bundle-name>
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,13 +30,17 @@ from gpoeo_rt.prediction.bundle import (
     verify_bundle,
 )
 
+PIPELINE_ROOT = Path(__file__).resolve().parent
 
-def git_revision() -> str:
-    try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return result.stdout.strip()
+
+def pipeline_sources_sha256() -> str:
+    """sha256 over the pipeline's Python sources (relative path and content, in path order): the code that built
+    the bundle, identical on every rerun from the same sources. (A git revision cannot be: the commit that holds
+    the manifest is made after it, so a rebuild from a clean clone would never reproduce the committed file.)"""
+    digest = hashlib.sha256()
+    for path in sorted(PIPELINE_ROOT.rglob("*.py")):
+        digest.update(path.relative_to(PIPELINE_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def clock_facts(table: pd.DataFrame, name: str) -> tuple[dict[str, float] | None, list[list[float]]]:
@@ -94,7 +98,7 @@ def build_manifest(name: str, params: dict[str, Any]) -> dict[str, Any]:
         "training_data_sha256": info["training_data_sha256"],
         "boosting_rounds": {k: v["rounds"] for k, v in info["models"].items()},
         "hyperparameters": {k: v.get("chosen", {}) for k, v in info["models"].items()},
-        "pipeline_git_revision": git_revision(),
+        "pipeline_sources_sha256": pipeline_sources_sha256(),
         "evaluation": evaluation_summary(metrics),
     }
 

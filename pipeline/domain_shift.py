@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from gpoeo_pipeline.headline import domain_shift_headline, write_headline
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.sources.gpoeo_collect import parse
 from gpoeo_rt.features import FEATURE_NAMES
@@ -111,6 +112,7 @@ def main() -> None:
         report["profiles"][label] = feature_shift(training, frame)
     Path("metrics").mkdir(exist_ok=True)
     Path("metrics/domain_shift.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_headline("domain_shift", domain_shift_headline(report))
     plot_shift(training, targets, Path("plots/domain_shift.png"))
     for label, shift in report["profiles"].items():
         print(

@@ -28,6 +28,7 @@ import pandas as pd
 from gpoeo_pipeline.baseline import PhysicsBaseline
 from gpoeo_pipeline.bundle import clock_facts, write_verified_bundle
 from gpoeo_pipeline.export import booster_to_onnx, verify
+from gpoeo_pipeline.headline import model_headline, write_headline
 from gpoeo_pipeline.modeling import (
     FittedModel,
     bundle_params,
@@ -39,6 +40,7 @@ from gpoeo_pipeline.modeling import (
 )
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.train import GENERIC, MODEL_TARGETS, select_training_rows
+from gpoeo_rt.figures import rounded
 from gpoeo_rt.prediction.bundle import SCHEMA_VERSION
 from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
 
@@ -260,7 +262,8 @@ def main() -> None:
     report["fold_choices"] = choice_summary(choices, grid_axes(xgb_params))
     report["overall"] = summarize(predictions, bounds)
     Path("metrics").mkdir(exist_ok=True)
-    Path(f"metrics/{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    Path(f"metrics/{name}.json").write_text(json.dumps(rounded(report), indent=2) + "\n")
+    write_headline(name, model_headline(report))
     writer.write_index()
     predictions.to_parquet(out_dir / "predictions.parquet", index=False)
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpoeo_pipeline.headline import features_headline, write_headline
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.train import untrainable_reason
 from gpoeo_rt.features import FEATURE_NAMES
@@ -192,6 +193,7 @@ def main() -> None:
     (out / "feature_schema.json").write_text(json.dumps(schema, indent=2) + "\n")
     Path("metrics").mkdir(exist_ok=True)
     Path("metrics/features.json").write_text(json.dumps({"skus": coverage}, indent=2) + "\n")
+    write_headline("features", features_headline(coverage))
     print(f"features: {len(table)} rows, {table['sku'].nunique()} SKUs, {table['group'].nunique()} workload groups")
     for sku, entry in coverage.items():
         if not entry["trainable"]:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from gpoeo_pipeline.headline import ingest_headline, write_headline
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.schema import (
     POWERLIMIT_COLUMNS,
@@ -88,7 +89,9 @@ def main() -> None:
     (out_dir / "ingest_report.json").write_text(json.dumps(report, indent=2) + "\n")
     metrics_path = Path(params["metrics"])
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
-    metrics_path.write_text(json.dumps(summarize_report(report), indent=2) + "\n")
+    summary = summarize_report(report)
+    metrics_path.write_text(json.dumps(summary, indent=2) + "\n")
+    write_headline("ingest", ingest_headline(summary))
     print(f"ingest: {len(sweeps)} sweep rows over {sweeps['sku'].nunique()} SKUs, {len(powerlimit)} power-limit rows")
 
 

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
+from gpoeo_rt.progress import Bars
+
 GENERIC = "generic"
 
 # Hyperparameters that `xgb.<name>_choices: [...]` may turn into a grid, chosen inside each training set.
@@ -229,11 +231,20 @@ def fit_targets(
     process ran it."""
     workers = min(int(params.get("workers", 1)), len(jobs))
     run = functools.partial(_fit_job, inputs=inputs, params=params, fit=fit)
-    if workers <= 1:
-        return [run(job) for job in jobs]
-    # Spawned, not forked: a fork of a process whose OpenMP runtime (XGBoost's) has started can hang.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(run, jobs))
+    fitted: list[FittedModel] = []
+    with Bars() as bars:  # a bar while a terminal watches (a stage fits for up to minutes); nothing in a log
+        advance = bars.task(f"fitting {len(jobs)} models")
+        if workers <= 1:
+            for job in jobs:
+                fitted.append(run(job))
+                advance(len(fitted), len(jobs))
+            return fitted
+        # Spawned, not forked: a fork of a process whose OpenMP runtime (XGBoost's) has started can hang.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            for model in pool.map(run, jobs):
+                fitted.append(model)
+                advance(len(fitted), len(jobs))
+    return fitted
 
 
 def predict_ratio(fitted: FittedModel, frame: pd.DataFrame) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from gpoeo_pipeline.evaluate import FoldBundleWriter, error_metrics
+from gpoeo_pipeline.headline import source_holdout_headline, write_headline
 from gpoeo_pipeline.modeling import bundle_params, fit_targets, predict_ratio
 from gpoeo_pipeline.params import load_section
 from gpoeo_pipeline.train import MODEL_TARGETS, untrainable_reason
@@ -83,6 +84,7 @@ def main() -> None:
         writer.write_index()
     Path("metrics").mkdir(exist_ok=True)
     Path("metrics/source_holdout.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_headline("source_holdout", source_holdout_headline(report))
 
 
 if __name__ == "__main__":

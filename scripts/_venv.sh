@@ -9,13 +9,24 @@ if [ ! -x "$venv/bin/python" ]; then
     echo "creating virtualenv $venv" >&2
     "$python" -m venv "$venv"
 fi
+# The stamp holds the pyproject hash and the extras installed; an install with more extras serves fewer.
 stamp="$venv/.gpoeo-installed"
-want="$(cat "$repo_root/pyproject.toml" | sha256sum | cut -d' ' -f1) ${GPOEO_EXTRAS}"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "installing gpoeo[${GPOEO_EXTRAS}] into $venv" >&2
+hash="$(sha256sum < "$repo_root/pyproject.toml" | cut -d' ' -f1)"
+had_hash="" had_extras=""
+read -r had_hash had_extras 2>/dev/null < "$stamp" || true
+missing=""
+for extra in ${GPOEO_EXTRAS//,/ }; do
+    case ",${had_extras:-}," in *",$extra,"*) ;; *) missing="$missing $extra" ;; esac
+done
+if [ "${had_hash:-}" != "$hash" ] || [ -n "$missing" ]; then
+    extras=""
+    for extra in ${had_extras//,/ } ${GPOEO_EXTRAS//,/ }; do  # keep what was installed, once each
+        case ",$extras," in *",$extra,"*) ;; *) extras="${extras:+$extras,}$extra" ;; esac
+    done
+    echo "installing gpoeo${extras:+[$extras]} into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --upgrade pip >&2
-    "$venv/bin/python" -m pip install --quiet -e "$repo_root[${GPOEO_EXTRAS}]" >&2
-    echo "$want" > "$stamp"
+    "$venv/bin/python" -m pip install --quiet -e "$repo_root${extras:+[$extras]}" >&2
+    echo "$hash $extras" > "$stamp"
 fi
 export PATH="$venv/bin:$PATH"
 export DVC_NO_ANALYTICS=1

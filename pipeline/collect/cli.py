@@ -17,6 +17,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,  # plain help: wraps at 80 columns instead of cutting option names (as gpoeo-rt)
 )
 
 DEFAULT_SUITE = ("cnn", "transformer", "mlp", "gnn")

@@ -1,5 +1,6 @@
 """The `gpoeo-rt` command line: it parses, calls into the layers below and prints; it holds no logic."""
 
+import os
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -7,10 +8,14 @@ import typer
 from gpoeo_rt import __version__
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}  # `-h` as well as `--help`, on every command
+# rich_markup_mode=None on every Typer: help and usage errors as plain text: rich's boxed help cuts long
+# option names and values at 80 columns (`--bandit-round-iter…`); click's plain help wraps, never cuts, and
+# reads the same in a pipe.
 
 app = typer.Typer(
     name="gpoeo-rt",
     context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,
     no_args_is_help=True,
     add_completion=False,
     help="gpoeo runtime: choose GPU clocks online to cut training energy within a slowdown bound.",
@@ -41,6 +46,7 @@ def version() -> None:
 
 trace_app = typer.Typer(
     context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,
     no_args_is_help=True,
     help="Record NVML traces (read-only) and detect iteration periods in them.",
 )
@@ -217,8 +223,7 @@ LockDirOption = Annotated[
 ]
 
 
-# The settings each non-start command reads from the file and the environment (load_config's `only`).
-CLIENT_SETTINGS = ("run_dir",)
+# The settings `reset` reads from the file and the environment (load_config's `only`).
 RESET_SETTINGS = ("gpus", "group", "simulate", "sim_gpus", "state_dir", "run_dir", "lock_dir")
 
 
@@ -232,14 +237,38 @@ def _config(file: str | None, only: tuple[str, ...] | None = None, **overrides: 
         raise typer.Exit(2) from exc
 
 
-def _request(run_dir: str, payload: dict[str, Any]) -> dict[str, Any]:
-    from gpoeo_rt.daemon.control import ControlError, request
+def _client_run_dirs(config: str | None, run_dir: str | None) -> list[str]:
+    """Where status/stop/set look for the daemon (the lookup order of gpoeo_rt.client.paths)."""
+    from gpoeo_rt.daemon.config import ConfigError, client_run_dirs
 
     try:
-        reply = request(run_dir, payload)
-    except ControlError as exc:
+        return client_run_dirs(config, overrides={"run_dir": run_dir})
+    except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(2) from exc
+
+
+def _request(run_dirs: list[str], payload: dict[str, Any]) -> dict[str, Any]:
+    """Ask the first daemon that answers in `run_dirs`; one line naming every place tried when none does."""
+    from gpoeo_rt.daemon.control import ControlError, NoDaemonError, request
+
+    missing: list[str] = []
+    for run_dir in run_dirs:
+        try:
+            reply = request(run_dir, payload)
+            break
+        except NoDaemonError as exc:
+            missing.append(str(exc))
+        except ControlError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+    else:
+        if len(missing) == 1:
+            typer.echo(f"error: {missing[0]}", err=True)
+        else:
+            tried = " or ".join(run_dirs)
+            typer.echo(f"error: no gpoeo-rt daemon answers in {tried} (start one, or pass --run-dir)", err=True)
+        raise typer.Exit(1)
     if not reply.get("ok"):
         typer.echo(f"error: {reply.get('error', 'the daemon refused the request')}", err=True)
         raise typer.Exit(1)
@@ -331,12 +360,18 @@ def start(
         prometheus_port=prometheus_port,
         prometheus_addr=prometheus_addr,
     )
-    daemon = Daemon(cfg, say=lambda line: typer.echo(line, err=True))
+    say = _say_err
+    if os.geteuid() != 0:
+        say(f"gpoeo-rt: not root: sockets in {cfg.run_dir}, clock state and decision logs in {cfg.state_dir}")
+    daemon = Daemon(cfg, say=say)
     try:
         code = daemon.run()
     except AlreadyRunningError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(3) from exc
+    except PermissionError as exc:
+        typer.echo(f"error: {exc}; {_PERMISSION_HINT}", err=True)
+        raise typer.Exit(1) from exc
     except (GPUError, BundleError, LockDirError, ValueError, OSError, ImportError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
@@ -344,45 +379,70 @@ def start(
     raise typer.Exit(code)
 
 
+# What to do about a folder the daemon may not write (a user given root's /run/gpoeo-rt or /var/lib/gpoeo-rt).
+_PERMISSION_HINT = (
+    "run as root, or leave --run-dir/--state-dir unset for a user's own folders ($XDG_RUNTIME_DIR/gpoeo-rt, "
+    "~/.local/state/gpoeo-rt)"
+)
+
+
+def _say_err(line: str) -> None:
+    typer.echo(line, err=True)
+
+
 def _fmt(value: object, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _print_summary(status: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _clock_text(pair: object) -> str:
+    return f"{pair[0]}/{pair[1]}" if isinstance(pair, list | tuple) and len(pair) == 2 else "-"
 
-    table = Table(title=f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
-    columns = ("GPU", "state", "period", "timing", "clocks (SM/mem)", "baseline J/it", "now J/it", "saving", "slowdown")
-    for column in columns:
-        table.add_column(column)
+
+def _print_summary(status: dict[str, Any]) -> None:
+    """The per-GPU table (gpoeo_rt.tables: fits a terminal, whole in a pipe or the journal), then the problems."""
+    from gpoeo_rt.tables import Column, fit, render
+
+    columns = (
+        Column("gpus", left=True, label="GPU"),
+        Column("state", left=True),
+        Column("period_ms", ".1f", label="period_ms"),
+        Column("timing", left=True, drop=3),
+        Column("clocks", left=True, label="SM/mem_MHz"),
+        Column("advised", left=True, drop=1, label="advised"),
+        Column("baseline_j", ".3f", drop=2, label="base_J/it"),
+        Column("now_j", ".3f", drop=2, label="now_J/it"),
+        Column("saving_so_far_pct", ".1f"),
+        Column("slowdown_so_far_pct", ".1f"),
+    )
+    rows = []
     for g in status["gpus"]:
         base, now = g["baseline"] or {}, g["now"] or {}
-        clocks = g["clocks"]
-        advised = g.get("advised_clocks")
-        clock_text = "-" if clocks is None else f"{clocks[0]}/{clocks[1]}"
-        if advised:
-            clock_text += f" (advise {advised[0]}/{advised[1]})"
-        table.add_row(
-            ",".join(map(str, g["gpus"])),
-            g["state"],
-            _fmt(now.get("period_s") and now["period_s"] * 1e3, ".1f", " ms"),
-            g.get("timing") or "-",
-            clock_text,
-            _fmt(base.get("energy_per_iteration_j"), ".3f"),
-            _fmt(now.get("energy_per_iteration_j"), ".3f"),
-            _fmt(g["saving_so_far_pct"], ".1f", "%"),
-            _fmt(g["slowdown_so_far_pct"], ".1f", "%"),
+        period = now.get("period_s")
+        rows.append(
+            {
+                "gpus": ",".join(map(str, g["gpus"])),
+                "state": g["state"],
+                "period_ms": None if period is None else period * 1e3,
+                "timing": g.get("timing") or "-",
+                "clocks": _clock_text(g["clocks"]),
+                "advised": _clock_text(g.get("advised_clocks")),
+                "baseline_j": base.get("energy_per_iteration_j"),
+                "now_j": now.get("energy_per_iteration_j"),
+                "saving_so_far_pct": g["saving_so_far_pct"],
+                "slowdown_so_far_pct": g["slowdown_so_far_pct"],
+            }
         )
-    Console(stderr=False).print(table)
+    typer.echo(f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
+    typer.echo(render(columns, rows))
     for g in status["gpus"]:
         if g.get("stuck"):
-            typer.echo(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s")
+            typer.echo(fit(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s"))
         if g.get("error"):
-            typer.echo(f"GPU {g['gpus']}: last error: {g['error']}")
+            typer.echo(fit(f"GPU {g['gpus']}: last error: {g['error']}"))
         log = g.get("logging")
         if log and not log.get("logging"):
-            typer.echo(f"GPU {g['gpus']}: not logging decisions: {log.get('error')} ({log.get('dropped')} dropped)")
+            why = f"{log.get('error')} ({log.get('dropped')} dropped)"
+            typer.echo(fit(f"GPU {g['gpus']}: not logging decisions: {why}"))
 
 
 @app.command()
@@ -395,8 +455,7 @@ def status(
     per iteration, saving so far, slowdown."""
     import json
 
-    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
-    reply = _request(cfg.run_dir, {"cmd": "status"})
+    reply = _request(_client_run_dirs(config, run_dir), {"cmd": "status"})
     if as_json:
         typer.echo(json.dumps(reply["status"], indent=2))
     else:
@@ -406,8 +465,7 @@ def status(
 @app.command()
 def stop(config: ConfigOption = None, run_dir: RunDirOption = None) -> None:
     """Ask the running daemon to give the clocks back and exit."""
-    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
-    typer.echo(_request(cfg.run_dir, {"cmd": "stop"})["message"])
+    typer.echo(_request(_client_run_dirs(config, run_dir), {"cmd": "stop"})["message"])
 
 
 @app.command("set")
@@ -418,13 +476,13 @@ def set_(
     run_dir: RunDirOption = None,
 ) -> None:
     """Change the running daemon's objective or slowdown bound (root or socket_group only)."""
-    cfg = _config(config, CLIENT_SETTINGS, run_dir=run_dir)
+    run_dirs = _client_run_dirs(config, run_dir)
     payload: dict[str, Any] = {"cmd": "set"}
     if objective is not None:
         payload["objective"] = objective
     if max_slowdown is not None:
         payload["max_slowdown"] = max_slowdown
-    typer.echo(_request(cfg.run_dir, payload)["message"])
+    typer.echo(_request(run_dirs, payload)["message"])
 
 
 @app.command()
@@ -464,7 +522,10 @@ def reset(
 # --- bundles and reports ---
 
 bundles_app = typer.Typer(
-    context_settings=HELP_OPTIONS, no_args_is_help=True, help="List and verify the model bundles the runtime can load."
+    context_settings=HELP_OPTIONS,
+    rich_markup_mode=None,
+    no_args_is_help=True,
+    help="List and verify the model bundles the runtime can load.",
 )
 app.add_typer(bundles_app, name="bundles")
 
@@ -508,14 +569,18 @@ def bundles_list(
     if as_json:
         typer.echo(json.dumps({"root": str(root), "bundles": entries}, indent=2))
         return
+    from gpoeo_rt.tables import LABELS, fit
+
     typer.echo(f"bundles in {root}:")
+    indent = " " * 19
     for e in entries:
         if "error" in e:
-            typer.echo(f"  {e['name']:16s} UNREADABLE: {e['error']}")
+            typer.echo(fit(f"  {e['name']:16s} UNREADABLE: {e['error']}", indent=indent))
             continue
-        figures_text = ", ".join(f"{k} {v:.1f}%" for k, v in e["evaluation"].items())
+        figures_text = "  ".join(f"{LABELS.get(k, k)} {v:.1f}" for k, v in e["evaluation"].items())
         names = ", ".join(e["nvml_names"]) or "any GPU without its own bundle"
-        typer.echo(f"  {e['name']:16s} {names}  [{figures_text or 'no evaluation'}]")
+        line = f"  {e['name']:16s} {figures_text or 'no evaluation'}  for: {names}"
+        typer.echo(fit(line, indent=indent))
 
 
 @bundles_app.command("verify")
@@ -523,8 +588,11 @@ def bundles_verify(
     path: Annotated[
         str | None, typer.Option("--bundles", help="Bundle directory (default: the installed one).")
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of the text lines.")] = False,
 ) -> None:
     """Check every bundle's manifest (and its seal), sha256 and feature schema; exit 1 if any fails."""
+    import json
+
     from gpoeo_rt.prediction.bundle import BundleError, verify_bundle
 
     root = _bundle_root(path)
@@ -532,15 +600,18 @@ def bundles_verify(
     if not dirs:
         typer.echo(f"error: {root}: no bundles found", err=True)
         raise typer.Exit(1)
-    failed = 0
+    checked: list[dict[str, Any]] = []
     for bundle_dir in dirs:
         try:
             verify_bundle(bundle_dir, sealed=True)
-            typer.echo(f"ok      {bundle_dir}")
+            checked.append({"path": str(bundle_dir), "ok": True})
         except BundleError as exc:
-            failed += 1
-            typer.echo(f"FAILED  {bundle_dir}: {exc}")
-    raise typer.Exit(1 if failed else 0)
+            checked.append({"path": str(bundle_dir), "ok": False, "error": str(exc)})
+    if as_json:
+        typer.echo(json.dumps({"root": str(root), "bundles": checked}, indent=2))
+    for c in [] if as_json else checked:
+        typer.echo(f"ok      {c['path']}" if c["ok"] else f"FAILED  {c['path']}: {c['error']}")
+    raise typer.Exit(0 if all(c["ok"] for c in checked) else 1)
 
 
 @app.command()
@@ -553,6 +624,7 @@ def report(
     import json
 
     from gpoeo_rt.daemon.report import LogError, plot_timeline, read_log, summarise
+    from gpoeo_rt.tables import LABELS, fit
 
     try:
         records = read_log(log)
@@ -569,10 +641,11 @@ def report(
             per_iteration = f"{base['period_s'] * 1e3:.1f} ms, {base['energy_per_iteration_j']:.2f} J"
             typer.echo(f"  baseline per iteration at reference clocks: {per_iteration}")
         typer.echo(
-            f"  measured saving {_fmt(summary['saving_pct'], '.1f', '%')} at slowdown "
-            f"{_fmt(summary['slowdown_pct'], '.1f', '%')} (exploration included)"
+            f"  measured {LABELS['saving_pct']} {_fmt(summary['saving_pct'], '.1f')}, "
+            f"{LABELS['slowdown_pct']} {_fmt(summary['slowdown_pct'], '.1f')} (exploration included)"
         )
-        typer.echo("  events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items())))
+        events = "events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items()))
+        typer.echo(fit(f"  {events}", indent="    "))
     if plot is not None:
         try:
             plot_timeline(records, plot, title=str(log))
@@ -604,7 +677,7 @@ def bench(
         str | None,
         typer.Option(
             "--policy",
-            help="Comma list of default,oracle,gpoeo-rt,gpoeo-rt-markers,sweep,gpoeo-paper,bandit (default all).",
+            help="Comma list (default all): default, oracle, gpoeo-rt, gpoeo-rt-markers, sweep, gpoeo-paper, bandit.",
         ),
     ] = None,
     sku: Annotated[str | None, typer.Option("--sku", help="Comma list of SKUs to run (default: every SKU).")] = None,
@@ -630,12 +703,19 @@ def bench(
     ] = "realistic",
     json_out: Annotated[str | None, typer.Option("--json", help="Write per-run results and summary here.")] = None,
     plot_out: Annotated[str | None, typer.Option("--plot", help="Write a PNG comparing the policies.")] = None,
-    metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the summary only (DVC metrics).")] = None,
+    metrics_out: Annotated[
+        str | None, typer.Option("--metrics", help="Write the headline figures (DVC metrics) here.")
+    ] = None,
+    summary_out: Annotated[
+        str | None, typer.Option("--summary", help="Write the summary table (no per-run rows) here.")
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Worker processes.")] = 2,
     limit: Annotated[int, typer.Option("--limit", min=0, help="At most N workloads per SKU (0: all).")] = 0,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     folds_root: Annotated[str, typer.Option("--folds-root", help="Leave-out fold bundles.")] = "data/eval",
-    models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
+    models_root: Annotated[
+        str | None, typer.Option("--models-root", help="Shipped bundles (default: the installed ones).")
+    ] = None,
     sweep_iterations: Annotated[int, typer.Option("--sweep-iterations", min=2)] = 40,
     bandit_round_iterations: Annotated[int, typer.Option("--bandit-round-iterations", min=2)] = 25,
     bandit_exploration: Annotated[float, typer.Option("--bandit-exploration", min=0.0)] = 1.0,
@@ -660,11 +740,12 @@ def bench(
             json_out=json_out,
             plot_out=plot_out,
             metrics_out=metrics_out,
+            summary_out=summary_out,
             jobs=jobs,
             limit=limit,
             seed=seed,
             folds_root=folds_root,
-            models_root=models_root,
+            models_root=str(_bundle_root(models_root)),
             sweep_iterations=sweep_iterations,
             bandit_round_iterations=bandit_round_iterations,
             bandit_exploration=bandit_exploration,
@@ -685,7 +766,7 @@ def bench_suite(
         str | None,
         typer.Option(
             "--set",
-            help="Comma list of in-distribution,leave-one-sku-out,leave-one-source-out,synthetic (default all).",
+            help="Comma list (default all) of: in-distribution, leave-one-sku-out, leave-one-source-out, synthetic.",
         ),
     ] = None,
     bounds: Annotated[str, typer.Option("--bounds", help="Comma list of slowdown bounds.")] = "0.02,0.05,0.1",
@@ -701,9 +782,17 @@ def bench_suite(
     source_root: Annotated[
         str, typer.Option("--source-root", help="Leave-one-source-out fold bundles.")
     ] = "data/eval/source-holdout",
-    models_root: Annotated[str, typer.Option("--models-root", help="Shipped bundles.")] = "models",
+    models_root: Annotated[
+        str | None, typer.Option("--models-root", help="Shipped bundles (default: the installed ones).")
+    ] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write every run and summary here.")] = None,
-    metrics_out: Annotated[str | None, typer.Option("--metrics", help="Write the headline (DVC metrics).")] = None,
+    metrics_out: Annotated[
+        str | None,
+        typer.Option("--metrics-dir", help="Write the headline figures (DVC metrics), suite-<set>.json, here."),
+    ] = None,
+    summary_out: Annotated[
+        str | None, typer.Option("--summary", help="Write every policy's figures per set and bound here.")
+    ] = None,
     plot_out: Annotated[str | None, typer.Option("--plot", help="Write the saving-vs-slowdown PNG.")] = None,
 ) -> None:
     """Every policy on in-distribution and out-of-distribution sets at several bounds (simulated jobs)."""
@@ -726,9 +815,10 @@ def bench_suite(
             thin=thin,
             folds_root=folds_root,
             source_root=source_root,
-            models_root=models_root,
+            models_root=str(_bundle_root(models_root)),
             json_out=json_out,
             metrics_out=metrics_out,
+            summary_out=summary_out,
             plot_out=plot_out,
             echo=typer.echo,
         )

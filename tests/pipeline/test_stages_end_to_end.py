@@ -136,6 +136,11 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
     assert set(generic_index["folds"]) == {"sim-a", "sim-b", "sim-c"}
     generic_metrics = json.loads((workdir / "metrics/generic.json").read_text())
     assert set(generic_metrics["per_held_out_sku"]) == {"sim-a", "sim-b", "sim-c"}
+    # The headline dvc lists: three figures per bundle, rounded, in the keys every headline file shares.
+    head = json.loads((workdir / "metrics/headline/sim-a.json").read_text())
+    assert set(head) == {"mape_energy_pct", "regret_pts", "over_bound_pct"}
+    assert head["mape_energy_pct"] == round(metrics["overall"]["xgboost"]["mape_energy_pct"], 2)
+    assert json.loads((workdir / "metrics/headline/features.json").read_text()) == {"skus": 3}
     # Hyperparameters chosen inside each fold and for the shipped models, recorded where they were chosen.
     assert sum(metrics["fold_choices"]["time"]["chosen"].values()) == 8
     assert set(metrics["fold_choices"]["time"]["chosen"]) <= {"max_depth=2", "max_depth=3"}
@@ -143,6 +148,9 @@ def test_stages_build_a_verified_bundle_with_metrics_and_plots(workdir: Path, mo
     info = json.loads((workdir / "data/models/sim-a/train_info.json").read_text())
     assert [c["settings"]["max_depth"] for c in info["models"]["time"]["candidates"]] == [2, 3]
     assert manifest.raw["hyperparameters"]["time"] == info["models"]["time"]["chosen"]
+    # Provenance that a rebuild from the same sources reproduces (no git revision, which changes with every commit).
+    assert manifest.raw["pipeline_sources_sha256"] == bundle.pipeline_sources_sha256()
+    assert "pipeline_git_revision" not in manifest.raw
     assert generic.raw["hyperparameters"]["power"]["max_depth"] == 2
     for name in ("pred_vs_measured.png", "pareto.png"):
         assert (workdir / "plots/sim-a" / name).read_bytes()[:4] == b"\x89PNG"

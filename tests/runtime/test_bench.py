@@ -189,11 +189,19 @@ def test_cli_bench_on_a_tiny_csv_writes_json_and_a_plot(tmp_path: Path, folds_ro
         [
             *("bench", "--sweeps", str(sweeps), "--policy", "default,oracle,gpoeo-rt,sweep,gpoeo-paper,bandit"),
             *("--job-seconds", "300", "--jobs", "1", "--folds-root", str(folds_root), "--json", str(out)),
-            *("--plot", str(png)),
+            *("--plot", str(png), "--summary", str(tmp_path / "summary.json")),
+            *("--metrics", str(tmp_path / "headline.json")),
         ],
     )
     assert result.exit_code == 0, result.output
     assert "gpoeo-rt" in result.output and "simulated" in result.output
+    headline = json.loads((tmp_path / "headline.json").read_text())
+    assert set(headline) == {"pct_of_oracle", "slowdown_pct", "over_bound_pct"}  # few figures for dvc
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "wall_s" not in summary and "runs" not in summary  # nothing volatile in a tracked file
+    assert not any("wall" in k for k in summary["targets"])
+    ours = next(r for r in summary["summary"] if r["sku"] == "all" and r["policy"] == "gpoeo-rt")
+    assert headline["slowdown_pct"] == round(ours["mean_slowdown_pct"], 2)
     payload = json.loads(out.read_text())
     assert payload["simulated"] is True
     runs = {(r["workload"], r["policy"]): r for r in payload["runs"]}
@@ -326,3 +334,19 @@ def test_end_to_end_on_real_v100_workloads_with_leave_out_folds() -> None:
         for name in ("sweep", "gpoeo-paper", "bandit"):
             assert by[(w, name)].saving <= oracle.saving + 0.005  # nobody beats holding the best config from t=0
         assert "/folds/" in (ours.bundle or "")
+
+
+def test_plot_without_matplotlib_fails_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from gpoeo_rt.bench import command
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(command.importlib.util, "find_spec", lambda name: None if name == "matplotlib" else real(name))
+    ran: list[object] = []
+    monkeypatch.setattr(command, "run_bench", lambda *a, **k: ran.append(a))
+    sweeps = _write_csv(tmp_path / "s.csv", _rows("memory/kernel/input0", 0.3))
+    for argv in (["bench", "--sweeps", str(sweeps)], ["bench-suite", "--sweeps", str(sweeps), "--set", "synthetic"]):
+        result = CliRunner().invoke(app, [*argv, "--plot", str(tmp_path / "x.png")])
+        assert result.exit_code == 2 and "--plot needs matplotlib: pip install 'gpoeo[pipeline]'" in result.output
+    assert not ran

@@ -108,7 +108,8 @@ def test_cli_bench_suite_runs_a_set_at_two_bounds_and_writes_the_headline(
             *("bench-suite", "--sweeps", str(sweeps), "--set", "synthetic", "--bounds", "0.05,0.1"),
             *("--policy", "default,oracle,gpoeo-rt,sweep", "--job-seconds", "240", "--jobs", "1"),
             *("--models-root", str(models), "--folds-root", str(tmp_path / "none")),
-            *("--metrics", str(head), "--plot", str(png), "--json", str(full)),
+            *("--summary", str(head), "--plot", str(png), "--json", str(full)),
+            *("--metrics-dir", str(tmp_path / "headline")),
         ],
     )
     assert result.exit_code == 0, result.output
@@ -121,6 +122,10 @@ def test_cli_bench_suite_runs_a_set_at_two_bounds_and_writes_the_headline(
     # The runtime's own claim is scored against the truth; baselines make no claim.
     assert set(CLAIM_KEYS) <= set(headline["synthetic@5%"]["gpoeo-rt"])
     assert not set(CLAIM_KEYS) & set(headline["synthetic@5%"]["sweep"])
+    # The headline dvc lists: gpoeo-rt at the 5% bound, three figures, in the names every headline file shares.
+    small = json.loads((tmp_path / "headline" / "suite-synthetic.json").read_text())
+    assert set(small) == {"pct_of_oracle", "slowdown_pct", "over_bound_pct"}
+    assert small["pct_of_oracle"] == pytest.approx(headline["synthetic@5%"]["gpoeo-rt"]["pct_of_oracle"], abs=0.06)
     runs = json.loads(full.read_text())["sets"]["synthetic"]["0.05"]["runs"]
     assert {r["bundle"] for r in runs if r["policy"] == "gpoeo-rt"} == {str(models / "generic")}
     assert png.stat().st_size > 1000

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from gpoeo_rt.bench.runner import PolicyResult
+from gpoeo_rt.tables import Column, render
 
 ALL_SKUS = "all"
 
@@ -112,21 +113,42 @@ def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float, max_slowd
     return out
 
 
-def format_table(summary: Sequence[Mapping[str, Any]]) -> str:
-    head = (
-        f"{'sku':<16}{'policy':>18}{'n':>5}{'save%':>8}{'oracle%':>9}{'of_orc%':>9}{'regret':>8}{'slow%':>7}"
-        f"{'max%':>7}{'viol':>6}{'expl%':>7}{'conv_s':>8}{'p95_s':>8}{'probes':>7}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in summary:
-        of_oracle = f"{r['pct_of_oracle']:.1f}" if r["pct_of_oracle"] is not None else "-"
-        lines.append(
-            f"{r['sku']:<16}{r['policy']:>18}{r['workloads']:>5}{r['saving_pct']:>8.2f}{r['oracle_saving_pct']:>9.2f}"
-            f"{of_oracle:>9}{r['regret_pct']:>8.2f}{r['mean_slowdown_pct']:>7.2f}{r['max_slowdown_pct']:>7.2f}"
-            f"{r['violations']:>6}{r['exploration_pct']:>7.2f}{r['mean_converge_s']:>8.1f}{r['p95_converge_s']:>8.1f}"
-            f"{r['mean_probes']:>7.1f}"
-        )
-    return "\n".join(lines)
+def headline(summary: Sequence[Mapping[str, Any]], policy: str = "gpoeo-rt") -> dict[str, Any]:
+    """The few figures `dvc metrics show` lists for a bench run (all SKUs, one policy), under the names every
+    headline file shares (pipeline/headline.py): % of the oracle's saving, mean slowdown, runs over the bound."""
+    row = next((r for r in summary if r["sku"] == ALL_SKUS and r["policy"] == policy), None)
+    if row is None:
+        return {}
+    of_oracle = row["pct_of_oracle"]
+    return {
+        "pct_of_oracle": None if of_oracle is None else round(float(of_oracle), 1),
+        "slowdown_pct": round(float(row["mean_slowdown_pct"]), 2),
+        "over_bound_pct": round(float(row["violations_pct"]), 1),
+    }
+
+
+# The bench table: sku, policy and the headline figures always; the rest as the terminal's width allows.
+BENCH_COLUMNS: tuple[Column, ...] = (
+    Column("sku", left=True),
+    Column("policy", left=True),
+    Column("workloads", "d", drop=3),
+    Column("saving_pct", ".2f"),
+    Column("oracle_saving_pct", ".2f", drop=4),
+    Column("pct_of_oracle", ".1f"),
+    Column("regret_pct", ".2f", drop=6),
+    Column("mean_slowdown_pct", ".2f"),
+    Column("max_slowdown_pct", ".2f", drop=1),
+    Column("violations_pct", ".1f", drop=2),
+    Column("exploration_pct", ".2f", drop=7),
+    Column("mean_converge_s", ".1f", drop=2),
+    Column("p95_converge_s", ".1f", drop=8),
+    Column("mean_probes", ".1f", drop=9),
+)
+
+
+def format_table(summary: Sequence[Mapping[str, Any]], *, tty: bool | None = None, width: int | None = None) -> str:
+    """The summary as a table (gpoeo_rt.tables: fits a terminal, whole in a pipe or a log)."""
+    return render(BENCH_COLUMNS, summary, tty=tty, width=width)
 
 
 def plot(summary: Sequence[Mapping[str, Any]], path: str | Path, max_slowdown: float, grid: str = "") -> None:

@@ -55,7 +55,9 @@ from gpoeo_rt.controller.state import Policy, State
 from gpoeo_rt.device import COUNTER_MODES, SimulatedGPU, SimulatedStepMarkers, SweepWorkload, h200_spec
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
+from gpoeo_rt.progress import Bars
 from gpoeo_rt.search.objectives import Objective
+from gpoeo_rt.tables import Column, render
 
 DEFAULT_SWEEPS = Path("data/processed/sweeps.csv")
 DEFAULT_FOLDS_ROOT = Path("data/eval")
@@ -278,22 +280,30 @@ def summarize(results: Iterable[RunResult], max_slowdown: float) -> list[dict[st
     return rows
 
 
-def format_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    head = (
-        f"{'sku':<16}{'iter_s':>7}{'mark':>5}{'policy':>12}{'n':>5}{'save%':>8}{'oracle%':>9}{'vs_orc%':>9}{'slow%':>7}"
-        f"{'max%':>7}{'>6%':>5}{'conv_s':>8}{'p95_s':>7}{'expl%':>7}{'probes':>7}{'fallb':>6}{'cpu%':>7}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        cpu = f"{r['steady_cpu_pct']:.3f}" if r["steady_cpu_pct"] is not None else "-"
-        lines.append(
-            f"{r['sku']:<16}{r['iteration_s']:>7g}{'yes' if r['markers'] else 'no':>5}{r['policy']:>12}"
-            f"{r['workloads']:>5}{r['saving_pct']:>8.2f}"
-            f"{r['oracle_saving_pct']:>9.2f}{r['saving_vs_oracle_pct']:>9.1f}{r['mean_slowdown_pct']:>7.2f}"
-            f"{r['max_slowdown_pct']:>7.2f}{r['over_6pct']:>5}{r['mean_converge_s']:>8.1f}{r['p95_converge_s']:>7.1f}"
-            f"{r['exploration_pct']:>7.2f}{r['mean_probes']:>7.1f}{r['fallbacks']:>6}{cpu:>7}"
-        )
-    return "\n".join(lines)
+SIMULATE_COLUMNS: tuple[Column, ...] = (
+    Column("sku", left=True),
+    Column("iteration_s", "g", label="iter_s"),
+    Column("markers", lambda v: "yes" if v else "no", label="mark"),
+    Column("policy", left=True),
+    Column("workloads", "d", drop=3),
+    Column("saving_pct", ".2f"),
+    Column("oracle_saving_pct", ".2f", drop=4),
+    Column("saving_vs_oracle_pct", ".1f"),
+    Column("mean_slowdown_pct", ".2f"),
+    Column("max_slowdown_pct", ".2f", drop=1),
+    Column("over_6pct", "d", drop=2, label=">6%"),
+    Column("mean_converge_s", ".1f", drop=2),
+    Column("p95_converge_s", ".1f", drop=8),
+    Column("exploration_pct", ".2f", drop=7),
+    Column("mean_probes", ".1f", drop=9),
+    Column("fallbacks", "d", drop=5, label="fallb"),
+    Column("steady_cpu_pct", ".3f", drop=6, label="cpu%"),
+)
+
+
+def format_table(rows: Sequence[Mapping[str, Any]], *, tty: bool | None = None, width: int | None = None) -> str:
+    """The summary as a table, in the bench's vocabulary (gpoeo_rt.tables)."""
+    return render(SIMULATE_COLUMNS, rows, tty=tty, width=width)
 
 
 def prediction_latency_ms(bundle: Path, repeats: int = 200) -> dict[str, float]:
@@ -431,13 +441,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     tasks, source = build_tasks(args)
     t0 = time.perf_counter()
     results: list[RunResult] = []
-    if args.jobs > 1:
-        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
-            for batch in pool.imap_unordered(evaluate_workload, tasks, chunksize=4):
-                results.extend(batch)
-    else:
-        for task in tasks:
-            results.extend(evaluate_workload(task))
+    with Bars() as bars:  # a bar while a terminal watches; nothing in a log
+        advance = bars.task("simulated jobs")
+        if args.jobs > 1:
+            with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+                for done, batch in enumerate(pool.imap_unordered(evaluate_workload, tasks, chunksize=4), 1):
+                    results.extend(batch)
+                    advance(done, len(tasks))
+        else:
+            for done, task in enumerate(tasks, 1):
+                results.extend(evaluate_workload(task))
+                advance(done, len(tasks))
     wall_s = time.perf_counter() - t0
     summary = summarize(results, args.max_slowdown)
     latency = prediction_latency_ms(Path(args.latency_bundle)) if Path(args.latency_bundle).exists() else None

@@ -105,8 +105,10 @@ def run_suite(
     models_root: Path,
     jobs: int,
     progress: Callable[[str], None] | None = None,
+    bar: Callable[[str], Callable[[int, int], None]] | None = None,
 ) -> dict[str, Any]:
-    """Every set at every bound; returns {"sets": {set: {bound: {"summary", "dominated", "wall_s", "runs"}}}}."""
+    """Every set at every bound; returns {"sets": {set: {bound: {"summary", "dominated", "wall_s", "runs"}}}}.
+    `progress` gets a line per set and bound; `bar(description)` gives the jobs' progress callback of each."""
     out: dict[str, Any] = {"bounds": list(bounds), "policies": list(policies), "sets": {}}
     for eval_set in sets:
         per_bound: dict[str, Any] = {}
@@ -128,6 +130,7 @@ def run_suite(
                 models_root=models_root,
                 jobs=jobs,
                 models=eval_set.models,
+                progress=None if bar is None else bar(f"{eval_set.name} at {bound:.0%}"),
             )
             summary = summarize(run.results, policies)
             overall = [r for r in summary if r["sku"] == ALL_SKUS]
@@ -178,6 +181,27 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
                 },
                 "dominated_by": data["dominated"],
             }
+    return out
+
+
+# The set names as headline file stems (metrics/headline/suite-<stem>.json), short so `dvc metrics show` stays narrow.
+HEADLINE_STEMS = {
+    "in-distribution": "in-dist",
+    "leave-one-sku-out": "sku-out",
+    "leave-one-source-out": "source-out",
+    "synthetic": "synthetic",
+}
+HEADLINE_BOUND = 0.05
+
+
+def suite_headlines(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per set, gpoeo-rt's headline (bench.report.headline) at the 5% bound (else the first bound run)."""
+    from gpoeo_rt.bench.report import headline as bench_headline
+
+    out: dict[str, dict[str, Any]] = {}
+    for set_name, per_bound in result["sets"].items():
+        key = min(per_bound, key=lambda b: abs(float(b) - HEADLINE_BOUND))
+        out[HEADLINE_STEMS.get(set_name, set_name)] = bench_headline(per_bound[key]["summary"])
     return out
 
 

@@ -1,4 +1,5 @@
-"""The marker client: one non-blocking datagram per training step to `<run_dir>/markers.sock`.
+"""The marker client: one non-blocking datagram per training step to `<run_dir>/markers.sock` (which run dir:
+`gpoeo_rt.client.paths`, the host's /run/gpoeo-rt unless the caller runs a daemon of its own or says otherwise).
 
 Wire format (ASCII, one datagram, at most 256 bytes): `gpoeo-mark1 <step> <unix time s> <gpus>`, where step is this
 process's step counter (gaps tell the daemon that markers were lost), the time is `time.time()` at the call (the
@@ -30,10 +31,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from gpoeo_rt.client.paths import client_run_dirs, usable_run_dir
+
 MARKER_SOCKET = "markers.sock"
 PROTOCOL = b"gpoeo-mark1"
-DEFAULT_RUN_DIR = "/run/gpoeo-rt"
-RUN_DIR_ENV = "GPOEO_RT_RUN_DIR"  # the daemon's own setting (see gpoeo_rt.daemon.config)
 RETRY_S = 1.0
 MIN_INTERVAL_S = 0.05  # at most one datagram per this much time; the step counter covers the steps in between
 # No daemon, a stale socket, a busy daemon: normal, silent. Anything else is logged once.
@@ -74,7 +75,8 @@ def _detected_gpu() -> bytes:
 
 
 class MarkerClient:
-    """Sends step markers for one process. `run_dir` defaults to $GPOEO_RT_RUN_DIR, else /run/gpoeo-rt."""
+    """Sends step markers for one process. Without `run_dir`: $GPOEO_RT_RUN_DIR, else the caller's own daemon if one
+    answers, else the host's /run/gpoeo-rt (the lookup order of gpoeo_rt.client.paths, tried at every connect)."""
 
     def __init__(
         self,
@@ -83,8 +85,9 @@ class MarkerClient:
         gpu: GPU | Iterable[GPU] | None = None,
         min_interval_s: float = MIN_INTERVAL_S,
     ):
-        directory = run_dir if run_dir is not None else os.environ.get(RUN_DIR_ENV) or DEFAULT_RUN_DIR
-        self.path = os.path.join(os.fspath(directory), MARKER_SOCKET)
+        self._dirs = client_run_dirs(run_dir)
+        self._paths = [os.path.join(d, MARKER_SOCKET) for d in self._dirs]
+        self.path = self._paths[-1]  # the socket connected to (before any: the last candidate, the host's)
         self._gpus = _token(gpu)
         self._min_interval_s = min_interval_s
         self._sock: socket.socket | None = None
@@ -118,16 +121,27 @@ class MarkerClient:
             self._warn(exc)
 
     def _connect(self) -> bool:
-        try:
-            if self._sock is None:
-                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._sock.setblocking(False)
-            self._sock.connect(self.path)
-        except OSError as exc:
-            self._disconnect(exc)
-            return False
-        self._connected = True
-        return True
+        """Connect to the first candidate socket that accepts (a stale one refuses and is passed over)."""
+        error: OSError | None = None
+        for directory, path in zip(self._dirs, self._paths, strict=True):
+            if not usable_run_dir(directory, self._dirs):
+                continue  # "our" folder, made by someone else
+            try:
+                if self._sock is None:
+                    self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    self._sock.setblocking(False)
+                self._sock.connect(path)
+            except OSError as exc:
+                error = exc
+                if exc.errno in _QUIET_ERRNOS:
+                    continue  # nobody there: the next candidate
+                self.path = path
+                break
+            self.path = path
+            self._connected = True
+            return True
+        self._disconnect(error or FileNotFoundError(errno.ENOENT, "no daemon", self._paths[-1]))
+        return False
 
     def _disconnect(self, exc: OSError) -> None:
         if exc.errno not in _QUIET_ERRNOS:

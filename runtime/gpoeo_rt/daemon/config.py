@@ -9,9 +9,11 @@ import math
 import os
 import tomllib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from gpoeo_rt.client.paths import default_run_dir, default_state_dir
 
 # The values of gpoeo_rt.search.objectives.Objective and gpoeo_rt.controller.state.Policy (a test keeps them equal):
 # not imported, so that `gpoeo-rt status` does not pay for numpy.
@@ -38,8 +40,10 @@ class DaemonConfig:
     sim_gpus: int = 1  # with simulate: how many simulated GPUs
     sim_markers: bool = False  # with simulate: the simulated job sends step markers (as gpoeo_rt.client would)
     bundles: str | None = None  # model bundle directory (default: $GPOEO_BUNDLES, the shipped models/)
-    run_dir: str = "/run/gpoeo-rt"  # sockets and per-GPU lock files
-    state_dir: str = "/var/lib/gpoeo-rt"  # clock state files (survive the process) and decision logs
+    # Sockets; clock state files (survive the process) and decision logs. Defaults: /run/gpoeo-rt and
+    # /var/lib/gpoeo-rt as root, else per user ($XDG_RUNTIME_DIR/gpoeo-rt, ~/.local/state/gpoeo-rt): client/paths.py
+    run_dir: str = field(default_factory=default_run_dir)
+    state_dir: str = field(default_factory=default_state_dir)
     lock_dir: str | None = None  # host-wide per-GPU locks (default: /run/gpoeo-rt-locks as root; see safety.py)
     socket_group: str | None = None  # group allowed to control the daemon (default: root only)
     marker_users: str | None = None  # users (names or uids, "a,b") whose step markers count for any managed GPU
@@ -166,6 +170,41 @@ def load_config(
     `only`: the settings this command uses (status, stop, set and reset); the file's and the environment's other
     keys are then not read at all, so a typo meant for `start`, or a stray GPOEO_RT_* variable, never keeps a
     status query or a reset from running."""
+    values, sources = _gather(file, environ, overrides, only)
+    try:
+        return DaemonConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+    except ConfigError as exc:  # a value of the right type but out of range: say where it came from
+        where = next((sources[n] for n in sorted(sources, key=len, reverse=True) if str(exc).startswith(n)), None)
+        if where is None:
+            raise
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def client_run_dirs(
+    file: str | Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The run dirs `status`, `stop` and `set` try, in order: the run_dir the file, the environment or a flag sets,
+    else the client lookup of gpoeo_rt.client.paths (the caller's own daemon, then the host's)."""
+    values, _ = _gather(file, environ, overrides, ("run_dir",))
+    from gpoeo_rt.client.paths import client_run_dirs as lookup
+    from gpoeo_rt.client.paths import usable_run_dir
+
+    dirs = lookup(values.get("run_dir"), environ=environ)
+    return [d for d in dirs if usable_run_dir(d, dirs)]
+
+
+def _gather(
+    file: str | Path | None,
+    environ: Mapping[str, str] | None,
+    overrides: Mapping[str, Any] | None,
+    only: Collection[str] | None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The settings given by the file, the environment and the overrides, and where each came from."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}  # setting -> where its value came from, for errors found on the whole config
     wanted = set(_FIELDS) if only is None else set(only)
@@ -206,15 +245,7 @@ def load_config(
             raise ConfigError(f"unknown setting {name!r}")
         values[name] = raw
         sources[name] = "command line"
-    try:
-        return DaemonConfig(**values)
-    except TypeError as exc:
-        raise ConfigError(str(exc)) from None
-    except ConfigError as exc:  # a value of the right type but out of range: say where it came from
-        where = next((sources[n] for n in sorted(sources, key=len, reverse=True) if str(exc).startswith(n)), None)
-        if where is None:
-            raise
-        raise ConfigError(f"{where}: {exc}") from None
+    return values, sources
 
 
 def config_summary(config: DaemonConfig) -> dict[str, Any]:

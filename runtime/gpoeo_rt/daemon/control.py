@@ -337,6 +337,10 @@ class ControlServer:
         self._selector.close()
 
 
+class NoDaemonError(ControlError):
+    """Nothing listens on the socket (none there, or a stale one): a client may try the next run dir."""
+
+
 def request(run_dir: str | Path, payload: dict[str, Any], *, timeout_s: float = 2.0) -> dict[str, Any]:
     """Send one request to a running daemon and return its reply (ControlError when there is none)."""
     cmd = payload.get("cmd")
@@ -346,10 +350,10 @@ def request(run_dir: str | Path, payload: dict[str, Any], *, timeout_s: float = 
     try:
         try:
             sock.connect(str(path))
-        except FileNotFoundError:
-            raise ControlError(f"no gpoeo-rt daemon is running here ({path} does not exist)") from None
+        except (FileNotFoundError, NotADirectoryError):
+            raise NoDaemonError(f"no gpoeo-rt daemon is running here ({path} does not exist)") from None
         except ConnectionRefusedError:
-            raise ControlError(f"no gpoeo-rt daemon answers on {path} (stale socket)") from None
+            raise NoDaemonError(f"no gpoeo-rt daemon answers on {path} (stale socket)") from None
         except PermissionError:
             raise ControlError(
                 f"permission denied on {path}: controlling gpoeo-rt needs root or its socket_group"

@@ -71,4 +71,4 @@ def select_bundle(bundle_root: Path, gpu_name: str) -> BundleChoice:
         raise BundleError(f"{bundle_root}: no bundle matches {gpu_name!r} and there is no generic bundle")
     manifest = verify_bundle(generic, sealed=True)
     known = ", ".join(p.name for p in candidates) or "none"
-    return BundleChoice(manifest, f"no SKU bundle matches {gpu_name!r} (have: {known}); using the generic model")
+    return BundleChoice(manifest, f"the cross-GPU model: no bundle lists {gpu_name!r} (SKU bundles: {known})")
