@@ -543,6 +543,32 @@ def bundles_verify(
     raise typer.Exit(1 if failed else 0)
 
 
+def _accounting_lines(summary: dict[str, Any]) -> list[str]:
+    """What the saving covers, the drift checks' cost, the energy counter's witness and the runs (report/status)."""
+    cov, energy, witness = summary.get("coverage") or {}, summary.get("energy") or {}, summary.get("witness")
+    lines = []
+    if cov.get("counted") is not None:
+        lines.append(
+            f"covers {cov['counted']:.0%} of the run time ({cov['at_reference']:.0%} at reference, "
+            f"{cov['measured']:.0%} in measured windows; {cov['excluded']:.0%} left out)"
+        )
+    if energy:
+        lines.append(
+            f"energy used {energy['used_j'] / 1e3:.1f} kJ, saved {energy['saved_j'] / 1e3:.1f} kJ (counted time)"
+        )
+    if cov.get("drift_checks"):
+        lines.append(f"drift checks: {cov['drift_checks']}, {cov['drift_check']:.1%} of the time at reference")
+    if witness is not None:
+        flag = f"  DISAGREE beyond {witness['tolerance_pct']:g}%" if witness["disagrees"] else ""
+        lines.append(
+            f"energy counter {witness['counter_j'] / 1e3:.1f} kJ, ratio-based {witness['ratio_based_j'] / 1e3:.1f} kJ "
+            f"({witness['gap_pct']:+.1f}%){flag}"
+        )
+    if len(summary.get("runs") or []) > 1:
+        lines.append(f"{len(summary['runs'])} runs, combined by time (downtime between them not counted)")
+    return lines
+
+
 @app.command()
 def report(
     log: Annotated[str, typer.Argument(help="A decision log (JSON lines) written by `gpoeo-rt start`.")],
@@ -572,6 +598,8 @@ def report(
             f"  measured saving {_fmt(summary['saving_pct'], '.1f', '%')} at slowdown "
             f"{_fmt(summary['slowdown_pct'], '.1f', '%')} (exploration included)"
         )
+        for line in _accounting_lines(summary):
+            typer.echo(f"  {line}")
         typer.echo("  events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items())))
     if plot is not None:
         try:

@@ -108,7 +108,13 @@ def test_profile_search_hold_saves_energy_within_the_bound(predictor: Predictor)
     converged = next(d for d in controller.decisions if d.event == "converged")
     assert converged.t_s < 60.0  # converged within a minute of job time (80 ms iterations)
     assert (converged.sm_clock_mhz, converged.mem_clock_mhz) != DEFAULT and converged.locked
-    assert all(c[0] <= converged.t_s for c in controller.clock_changes[:-1])  # nothing moved until the stop
+    # Nothing moved until the stop but the drift checks: a short window at reference, then the held config again.
+    held = (converged.sm_clock_mhz, converged.mem_clock_mhz, True)
+    later = [c[1:] for c in controller.clock_changes[:-1] if c[0] > converged.t_s]
+    assert later == [(*DEFAULT, False), held] * (len(later) // 2) and len(later) % 2 == 0
+    checks = [d for d in controller.decisions if d.event == "drift_check"]
+    assert 2 <= len(checks) == len(later) // 2 and all(d.locked and d.state is State.HOLDING for d in checks)
+    assert log[0]["event"] == "start"  # a run boundary in the log
     slowdown, saving = _truth_ratios("membound", gpu, seed=3)
     assert slowdown <= 0.05 + 0.005
     assert saving > 0.08

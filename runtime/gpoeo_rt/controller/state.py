@@ -49,6 +49,7 @@ LOG_KEYS: tuple[str, ...] = (
     "predicted_energy_ratio",
     "advised_sm_clock_mhz",  # advise mode: the config it would set (null: not advising)
     "advised_mem_clock_mhz",
+    "energy_counter_j",  # the GPU's energy counter at the end of this decision's window (null: none, or no counter)
     "reason",  # human-readable why
 )
 
@@ -81,6 +82,7 @@ class Decision:
     predicted_energy_ratio: float | None = None
     advised: tuple[int, int] | None = None
     timing: str | None = None
+    energy_counter_j: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: exactly LOG_KEYS, NaN as null."""
@@ -103,6 +105,7 @@ class Decision:
             "predicted_energy_ratio": _json_float(self.predicted_energy_ratio, 5),
             "advised_sm_clock_mhz": None if self.advised is None else int(self.advised[0]),
             "advised_mem_clock_mhz": None if self.advised is None else int(self.advised[1]),
+            "energy_counter_j": _json_float(self.energy_counter_j, 3),
             "reason": self.reason,
         }
 
