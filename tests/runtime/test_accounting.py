@@ -24,6 +24,7 @@ def rec(t: float, event: str, *, locked: bool = False, state: str = "holding", *
     return {
         "t_s": t,
         "state": state,
+        "next_state": state,
         "event": event,
         "sm_clock_mhz": sm,
         "mem_clock_mhz": mem,
@@ -202,3 +203,20 @@ def test_report_over_a_log_with_restarts_equals_the_runs_combined_by_time() -> N
         assert run["slowdown_pct"] == pytest.approx(part["slowdown_pct"])
     assert all(math.isfinite(p["saving_pct"]) and p["saving_pct"] > 0 for p in parts)
     assert whole["witness"] is not None and not whole["witness"]["disagrees"]
+
+
+def test_a_search_that_finds_aliases_leaves_its_probes_out() -> None:
+    fast = {"measured_time_ratio": 0.8, "measured_energy_ratio": 0.7, "period_s": 0.08, "power_w": 262.0}
+    records = [
+        *_job()[:3],
+        rec(15.0, "probe_extend", locked=True, state="searching", window_s=5.0, **fast),
+        rec(20.0, "probe_extend", locked=True, state="searching", window_s=10.0, **fast),
+        rec(25.0, "fallback_reference", state="searching", window_s=15.0, **fast) | {"next_state": "holding"},
+        rec(85.0, "retry_profile", state="holding") | {"next_state": "profiling"},
+    ]
+    meter = _feed(records)
+    cov = meter.total.coverage()
+    assert cov["excluded"] == pytest.approx(15.0 / 85.0, abs=1e-3) and meter.saving_pct == 0.0
+    # The same probes in a search that converged count.
+    kept = _feed([*records[:5], rec(20.0, "converged", locked=True, state="searching") | {"next_state": "holding"}])
+    assert kept.total.coverage()["excluded"] == 0.0 and kept.saving_pct is not None and kept.saving_pct > 0

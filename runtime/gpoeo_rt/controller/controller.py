@@ -53,7 +53,7 @@ from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.sampling import MarkerSource, PowerWindow, Sampler
 from gpoeo_rt.search.baselines import DescentSearch, PredictedPick
 from gpoeo_rt.search.measured import MeasuredSearch
-from gpoeo_rt.search.objectives import Objective
+from gpoeo_rt.search.objectives import Objective, pick_config
 from gpoeo_rt.search.prior import counter_trust, prior_from_prediction
 from gpoeo_rt.search.protocol import Search
 
@@ -99,6 +99,9 @@ class ControllerConfig:
     # power signal, is an alias (two sweeps have such rows, down to 0.72: measurement artefacts, which the
     # simulator reproduces). Step markers cannot alias: a marker-timed speed-up is taken as measured.
     faster_tolerance: float = 0.08
+    # ... and one measured faster than the reference by more than this (period noise: sd 0.25%, max 1% per
+    # window) is not confirmed: it may be probed but is never held (Controller._confirmed_best).
+    confirm_tolerance: float = 0.015
     plausible_deviation: float = 0.25
     max_probe_windows: int = 3
     # Guard: act when the measured slowdown exceeds the bound by more than this (period noise is ~0.2%).
@@ -780,9 +783,45 @@ class Controller:
             **info,
         )
 
-    def _converge(self, event: str, reason: str, info: dict[str, Any] | None = None) -> Decision:
+    def _unconfirmed(self, index: int) -> float | None:
+        """The measured time ratio of a config whose timing on the power signal is not confirmed: no higher clocks
+        than the reference, yet measured faster than it by more than the period's noise (confirm_tolerance). A
+        false period (an alias of iterations shorter than the sampling resolves) does that; a true one cannot,
+        beyond noise. None: confirmed (or marker-timed: markers cannot alias)."""
+        assert self._search is not None and self._baseline is not None
+        measured = self._search.measured(index)
+        if self._baseline.timing == MARKERS or measured is None or index == self._ref_index:
+            return None
+        lower = self._grid_sm[index] <= self.reference[0] and self._grid_mem[index] <= self.reference[1]
+        return measured[0] if lower and measured[0] < 1.0 - self.config.confirm_tolerance else None
+
+    def _confirmed_best(self) -> tuple[int, str]:
+        """The search's best, or, when its timing is not confirmed, the best measured config whose timing is (the
+        reference at worst): an unconfirmed config is never held beyond its probe."""
         assert self._search is not None
         best = self._search.best()
+        doubt = self._unconfirmed(best)
+        if doubt is None:
+            return best, ""
+        confirmed = [i for i in self._search.measured_indices() if self._unconfirmed(i) is None]
+        values = [self._search.measured(i) or (1.0, 1.0) for i in confirmed]
+        pick = confirmed[
+            pick_config(
+                self.config.objective,
+                np.array([v[0] for v in values]),
+                np.array([v[1] for v in values]),
+                self.config.max_slowdown,
+            )
+        ]
+        return pick, (
+            f"; {self._grid[best]} MHz measured {(1 - doubt) * 100:.1f}% faster than reference at lower clocks: "
+            "its period on the power signal is not confirmed, so it is not held"
+        )
+
+    def _converge(self, event: str, reason: str, info: dict[str, Any] | None = None) -> Decision:
+        assert self._search is not None
+        best, doubt = (self._search.best(), "") if self.config.advise else self._confirmed_best()
+        reason += doubt
         clocks = None if best == self._ref_index else self._grid[best]
         measured = self._search.measured(best) or (None, None)
         exp_time, exp_energy = self._search.expected(best)

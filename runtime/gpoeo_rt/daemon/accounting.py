@@ -4,16 +4,18 @@ The time between two decisions is one interval, rated by what was measured at th
 - at reference clocks (not locked: profiling, fallback waits, drift checks, a search that kept the reference) the
   job runs exactly as without gpoeo: energy and time ratio 1.0 by definition, measured or not;
 - at locked clocks, by the ratios of the decision's own window (taken at those clocks, against the phase's baseline
-  at reference), when that window is trusted; a window the controller itself rejected (`SUSPECT_EVENTS`: it may
-  have measured another phase) or one without a period rates nothing, and its interval is left out (`excluded_s`).
-So the figures cover `counted_s` of the job (`coverage`), and the stored ratios of a known phase are never applied:
-each interval is rated by a window of its own. Ratios are against the baseline the controller keeps true by its
-drift checks (`drift_check`: a short window at reference that refreshes the baseline power).
+  at reference), when that window is trusted; a window the controller itself rejected (`SUSPECT_EVENTS`: it may have
+  measured another phase) or one without a period rates nothing, and its interval is left out (`excluded_s`). A
+  search that ends by finding its power-signal periods were aliases (`fallback_reference` while searching) leaves
+  its probes' intervals out too. So the figures cover `counted_s` of the job (`coverage`), and the stored ratios of
+  a known phase are never applied: each interval is rated by a window of its own. Ratios are against the baseline
+  the controller keeps true by its drift checks (`drift_check`: a short window at reference that refreshes the
+  baseline power).
 
-Figures are per iteration, as the bench's truth is: an interval of dt seconds at time ratio r_t and energy ratio
-r_e did dt / r_t reference-seconds of work, which at reference would have used P0 dt / r_t joules (P0: the
-baseline power) and used r_e times that. `saving_pct` = 1 - used / at-reference, `slowdown_pct` = time taken /
-reference time - 1, over the counted intervals.
+Figures are per iteration, as the bench's truth is: an interval of dt seconds at time ratio r_t and energy ratio r_e
+did dt / r_t reference-seconds of work, which at reference would have used P0 dt / r_t joules (P0: the baseline
+power) and used r_e times that. Over the counted intervals, `saving_pct` = 1 - used / at-reference joules and
+`slowdown_pct` = time taken / reference-seconds of work, minus 1.
 
 Runs: a controller's first decision is `start`, its last `stop` or `error`. The time between a run's end (or its
 last decision, when the daemon was killed) and the next start is downtime: never counted. Runs combine by time
@@ -123,6 +125,7 @@ class SavingsMeter:
     _prev: dict[str, Any] | None = None  # the previous record of the current run (None: between runs)
     _reference_w: float | None = None  # the latest power measured at reference clocks
     _counter: tuple[float, float] | None = None  # (t_s, joules) of the latest counter reading in this run
+    _search_parts: list[Tally] = field(default_factory=list)  # probe intervals of the search under way
 
     def feed(self, record: dict[str, Any]) -> None:
         t = _num(record.get("t_s"))
@@ -133,6 +136,8 @@ class SavingsMeter:
         if event == "start" or (prev is not None and t < float(prev["t_s"])):
             prev = None  # a new run: the time since the last one is downtime
         if prev is None:
+            if self._search_parts and self.runs:
+                self._settle_search({})  # a run that ended mid-search (killed): its probes count as measured
             self.runs.append(Tally())
             self._counter = None
         else:
@@ -195,8 +200,24 @@ class SavingsMeter:
                 part.witness_s = dt
                 part.witness_counter_j = counter - last[1]
                 part.witness_ratio_j = part.used_j
-        run.add(part)
-        self.total.add(part)
+        if rec.get("state") == "searching" and locked:
+            self._search_parts.append(part)  # settled when the search ends (see _settle_search)
+        else:
+            run.add(part)
+            self.total.add(part)
+        if rec.get("next_state") != "searching" or event in RUN_END_EVENTS:
+            self._settle_search(rec)
+
+    def _settle_search(self, rec: dict[str, Any]) -> None:
+        """A search ends: its probes' intervals count, unless it ended by finding that its periods were aliases
+        (a fallback out of searching: the controller trusted none of its power-signal periods)."""
+        aliased = rec.get("state") == "searching" and rec.get("event") == "fallback_reference"
+        for part in self._search_parts:
+            if aliased:
+                part = Tally(duration_s=part.duration_s, excluded_s=part.duration_s)
+            self.runs[-1].add(part)
+            self.total.add(part)
+        self._search_parts = []
 
     @property
     def saving_pct(self) -> float | None:
