@@ -376,6 +376,8 @@ def _print_summary(status: dict[str, Any]) -> None:
         )
     Console(stderr=False).print(table)
     for g in status["gpus"]:
+        for line in _accounting_lines(g):
+            typer.echo(f"GPU {','.join(map(str, g['gpus']))}: {line}")
         if g.get("stuck"):
             typer.echo(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s")
         if g.get("error"):
@@ -549,8 +551,8 @@ def _accounting_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     if cov.get("counted") is not None:
         lines.append(
-            f"covers {cov['counted']:.0%} of the run time ({cov['at_reference']:.0%} at reference, "
-            f"{cov['measured']:.0%} in measured windows; {cov['excluded']:.0%} left out)"
+            f"counts {cov['counted']:.0%} of the time ({cov['at_reference']:.0%} at reference, "
+            f"{cov['measured']:.0%} measured; {cov['excluded']:.0%} left out)"
         )
     if energy:
         lines.append(
@@ -565,7 +567,8 @@ def _accounting_lines(summary: dict[str, Any]) -> list[str]:
             f"({witness['gap_pct']:+.1f}%){flag}"
         )
     if len(summary.get("runs") or []) > 1:
-        lines.append(f"{len(summary['runs'])} runs, combined by time (downtime between them not counted)")
+        run_s = f", {cov['duration_s']:.0f} s in all" if cov.get("duration_s") is not None else ""
+        lines.append(f"{len(summary['runs'])} runs{run_s}, combined by time (downtime between them not counted)")
     return lines
 
 

@@ -3,7 +3,9 @@ logs with restarts."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -220,3 +222,34 @@ def test_a_search_that_finds_aliases_leaves_its_probes_out() -> None:
     # The same probes in a search that converged count.
     kept = _feed([*records[:5], rec(20.0, "converged", locked=True, state="searching") | {"next_state": "holding"}])
     assert kept.total.coverage()["excluded"] == 0.0 and kept.saving_pct is not None and kept.saving_pct > 0
+
+
+def test_report_prints_coverage_drift_checks_witness_and_runs_within_80_columns(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpoeo_rt.cli import app
+
+    def counted(records: list[dict[str, Any]], scale: float) -> list[dict[str, Any]]:
+        meter, joules, out = SavingsMeter(), 1e6, []
+        for r in records:
+            before = meter.total.used_j
+            meter.feed(r)
+            joules += scale * (meter.total.used_j - before)
+            out.append({**r, "energy_counter_j": joules})
+        return out
+
+    check = rec(47.0, "drift_check", locked=True, window_s=2.0, power_w=309.0)
+    run = _job(hold(45.0), check, hold(77.0), rec(77.0, "stop"))
+    log = tmp_path / "decisions.jsonl"
+    records = counted(run, 1.2) + [{**r, "t_s": r["t_s"] + 3600.0} for r in counted(run, 1.2)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = CliRunner().invoke(app, ["report", str(log)])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "counts 100% of the time" in out and "drift checks: 2," in out
+    assert "DISAGREE beyond 3%" in out  # the counter read 20% more than the ratios say
+    assert "2 runs, 154 s in all" in out
+    mine = [line for line in out.splitlines() if not line.startswith((str(tmp_path), "  events:"))]
+    assert all(len(line) <= 80 for line in mine), mine
+    data = json.loads(CliRunner().invoke(app, ["report", str(log), "--json"]).output)
+    assert len(data["runs"]) == 2 and data["witness"]["disagrees"] and data["energy"]["saved_j"] > 0
