@@ -6,8 +6,9 @@ Each job runs twice with the same seed on a simulated H200 (warm-up on: `SimConf
 clocks (the yardstick) and once under the shipped Controller (hybrid policy, the bundle the daemon would select
 for an H200 from `models/`). The claim is the SavingsMeter over the controller's decisions (what `status`,
 `report` and the Prometheus figures say); the truth is the simulator's energy and iterations (harness.score_job).
-Columns: claimed minus true saving and slowdown (points), whether the job ran over its bound while the claim said
-it was within it, and the share of the job the claim counts.
+Columns: claimed minus true saving and slowdown (points), whether the job ran over its bound while the report said
+it was within it (`accounting.bound_verdict`: the claim beyond its noise below the bound; and with the claim below
+the bound at all), and the share of the job the claim counts.
 
 Usage: python scripts/bench_claims.py [--job-s 1800] [--seeds 0,1] [--drift-frac 0.03] [--json out.json]
 (--drift-frac 0.004: the warm-up measured on a real H200, `H200_MEASURED_DRIFT_FRAC`; 0.03, the default, is the
@@ -70,7 +71,11 @@ def run_job(
         "claimed_saving_pct": claimed_saving,
         "claimed_slowdown_pct": claimed_slowdown,
         "at_reference": truth["final_clocks"] == controller.reference and len(controller.phases) <= 1,
-        "hidden_over": truth["slowdown"] > max_slowdown and (claimed_slowdown or 0.0) <= 100 * max_slowdown,
+        "verdict": meter.verdict(),
+        # Over the bound while the report says "within" it (its claim beyond the claim's noise below the bound), and
+        # over it with a claim below it at all.
+        "hidden_over": truth["slowdown"] > max_slowdown and meter.verdict() == "within",
+        "under_bound_over": truth["slowdown"] > max_slowdown and (claimed_slowdown or 0.0) <= 100 * max_slowdown,
         "counted": meter.total.coverage()["counted"],
         "drift_checks": meter.total.drift_checks,
         "witness_gap_pct": (meter.total.witness() or {}).get("gap_pct"),
@@ -90,6 +95,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "slowdown_bias_pts": statistics.mean(slowdown),
         "slowdown_worst_pts": max(slowdown, key=abs),
         "hidden_over": sum(r["hidden_over"] for r in rows),
+        "under_bound_over": sum(r["under_bound_over"] for r in rows),
         "at_reference_worst_pts": max(at_ref, key=abs) if at_ref else None,
         "counted_min": min(r["counted"] for r in ok),
     }
@@ -120,7 +126,7 @@ def main() -> None:
                     f"{name:24s} {'markers' if markers else 'signal ':7s} seed {seed}  saving {row['saving_pct']:6.2f} "
                     f"claim {'-' if claim is None else format(claim, '6.2f')}  slowdown {row['slowdown_pct']:5.2f} "
                     f"claim {'-' if claim is None else format(row['claimed_slowdown_pct'], '5.2f')}  "
-                    f"counted {row['counted'] or 0:.0%}{'  OVER, claimed within' if row['hidden_over'] else ''}"
+                    f"counted {row['counted'] or 0:.0%}{'  OVER, said within' if row['hidden_over'] else ''}"
                 )
     summary = {"all": summarise(rows)}
     for markers in (False, True):
@@ -129,8 +135,8 @@ def main() -> None:
         print(
             f"{key:8s} n={s['with_claim']}/{s['jobs']}  saving claim-truth mean {s['saving_bias_pts']:+.2f} worst "
             f"{s['saving_worst_pts']:+.2f}  slowdown mean {s['slowdown_bias_pts']:+.2f} worst "
-            f"{s['slowdown_worst_pts']:+.2f}  over-but-claimed-within {s['hidden_over']}  at-reference worst "
-            f"{s['at_reference_worst_pts']}"
+            f"{s['slowdown_worst_pts']:+.2f}  over-but-within {s['hidden_over']} "
+            f"(claim below {s['under_bound_over']})  at-reference worst {s['at_reference_worst_pts']}"
         )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))

@@ -549,6 +549,11 @@ def _accounting_lines(summary: dict[str, Any]) -> list[str]:
     """What the saving covers, the drift checks' cost, the energy counter's witness and the runs (report/status)."""
     cov, energy, witness = summary.get("coverage") or {}, summary.get("energy") or {}, summary.get("witness")
     lines = []
+    verdict, bound = summary.get("bound_verdict"), summary.get("bound_pct")
+    if verdict is not None and bound is not None:
+        text = {"within": "within", "over": "OVER", "at the bound": "at"}[verdict]
+        noise = " (within the claim's noise of it)" if verdict == "at the bound" else ""
+        lines.append(f"slowdown {text} the {bound:g}% bound{noise}")
     if cov.get("counted") is not None:
         lines.append(
             f"counts {cov['counted']:.0%} of the time ({cov['at_reference']:.0%} at reference, "

@@ -253,3 +253,21 @@ def test_report_prints_coverage_drift_checks_witness_and_runs_within_80_columns(
     assert all(len(line) <= 80 for line in mine), mine
     data = json.loads(CliRunner().invoke(app, ["report", str(log), "--json"]).output)
     assert len(data["runs"]) == 2 and data["witness"]["disagrees"] and data["energy"]["saved_j"] > 0
+
+
+def test_the_report_calls_a_slowdown_within_the_bound_only_beyond_the_claims_noise() -> None:
+    from gpoeo_rt.daemon.accounting import bound_verdict
+
+    assert bound_verdict(4.4, 5.0) == "within" and bound_verdict(4.6, 5.0) == "at the bound"
+    assert bound_verdict(5.4, 5.0) == "at the bound" and bound_verdict(5.6, 5.0) == "over"
+    assert bound_verdict(None, 5.0) is None and bound_verdict(3.0, None) is None
+    start = _job()[0] | {"slowdown_bound_pct": 5.0}
+    meter = _feed([start, *_job(hold(45.0))[1:]])
+    assert meter.bound_pct == 5.0 and meter.slowdown_pct is not None and meter.slowdown_pct < 4.5
+    assert meter.verdict() == "within"
+    # A controller's start decision carries its bound (energy objective).
+    gpu = SimulatedGPU(preset_workload("membound"), seed=0, allow_clock_writes=True)
+    log: list[dict[str, Any]] = []
+    controller = Controller(gpu, config=ControllerConfig(policy=Policy.SEARCH, max_slowdown=0.03), log=log.append)
+    controller.step()
+    assert log[0]["event"] == "start" and log[0]["slowdown_bound_pct"] == 3.0

@@ -278,7 +278,13 @@ class Controller:
             if not self._started:
                 self._started = True
                 what = "advise mode" if self.config.advise else f"policy {self.config.policy.value}"
-                self._decide("start", self.state, f"controller started ({what}): a new run in the decision log")
+                bound = 100.0 * self.config.max_slowdown if self.config.objective is Objective.ENERGY else None
+                self._decide(
+                    "start",
+                    self.state,
+                    f"controller started ({what}): a new run in the decision log",
+                    slowdown_bound_pct=bound,
+                )
             if self._reset_pending:
                 self._device.reset_clocks()
                 self._record_clock_change(None)

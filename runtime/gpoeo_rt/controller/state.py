@@ -50,6 +50,7 @@ LOG_KEYS: tuple[str, ...] = (
     "advised_sm_clock_mhz",  # advise mode: the config it would set (null: not advising)
     "advised_mem_clock_mhz",
     "energy_counter_j",  # the GPU's energy counter at the end of this decision's window (null: none, or no counter)
+    "slowdown_bound_pct",  # the bound the run holds the job to (on its `start` decision; null elsewhere)
     "reason",  # human-readable why
 )
 
@@ -83,6 +84,7 @@ class Decision:
     advised: tuple[int, int] | None = None
     timing: str | None = None
     energy_counter_j: float | None = None
+    slowdown_bound_pct: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: exactly LOG_KEYS, NaN as null."""
@@ -106,6 +108,7 @@ class Decision:
             "advised_sm_clock_mhz": None if self.advised is None else int(self.advised[0]),
             "advised_mem_clock_mhz": None if self.advised is None else int(self.advised[1]),
             "energy_counter_j": _json_float(self.energy_counter_j, 3),
+            "slowdown_bound_pct": _json_float(self.slowdown_bound_pct, 4),
             "reason": self.reason,
         }
 

@@ -44,6 +44,18 @@ RUN_END_EVENTS = frozenset({"stop", "error"})
 # The counter's and the ratios' joules disagree beyond noise: window power against a whole interval (sample noise,
 # 10 Hz counter edges, drift between checks) stays within ~1% on simulated jobs; real ones were not measured yet.
 WITNESS_TOLERANCE = 0.03
+# How far the slowdown claim may be from the truth (issue 20's target for its worst error, met on the benches:
+# docs/accounting.md): a claim closer than this to the bound cannot say which side of it the job is.
+SLOWDOWN_CLAIM_NOISE_PTS = 0.5
+
+
+def bound_verdict(slowdown_pct: float | None, bound_pct: float | None) -> str | None:
+    """ "within" the bound, "over" it, or "at the bound" (within the claim's noise of it); None: nothing to say."""
+    if slowdown_pct is None or bound_pct is None:
+        return None
+    if slowdown_pct <= bound_pct - SLOWDOWN_CLAIM_NOISE_PTS:
+        return "within"
+    return "over" if slowdown_pct > bound_pct + SLOWDOWN_CLAIM_NOISE_PTS else "at the bound"
 
 
 def _num(value: object) -> float | None:
@@ -122,6 +134,7 @@ class SavingsMeter:
     baseline: dict[str, float] | None = None
     last: dict[str, Any] = field(default_factory=dict)  # the latest record with a measured period
     advised_predicted: dict[str, float] | None = None
+    run_bounds: list[float | None] = field(default_factory=list)  # each run's slowdown bound (%), from its start
     _prev: dict[str, Any] | None = None  # the previous record of the current run (None: between runs)
     _reference_w: float | None = None  # the latest power measured at reference clocks
     _counter: tuple[float, float] | None = None  # (t_s, joules) of the latest counter reading in this run
@@ -139,6 +152,7 @@ class SavingsMeter:
             if self._search_parts and self.runs:
                 self._settle_search({})  # a run that ended mid-search (killed): its probes count as measured
             self.runs.append(Tally())
+            self.run_bounds.append(None)
             self._counter = None
         else:
             self._rate(prev, record, t - float(prev["t_s"]))
@@ -147,6 +161,8 @@ class SavingsMeter:
 
     def _note(self, record: dict[str, Any], t: float) -> None:
         event = record.get("event")
+        if event == "start":
+            self.run_bounds[-1] = _num(record.get("slowdown_bound_pct"))
         period, power = _num(record.get("period_s")), _num(record.get("power_w"))
         if event == "drift_check" and self.baseline is not None and power is not None:
             period = self.baseline["period_s"]  # a drift check refreshes the power only
@@ -226,6 +242,15 @@ class SavingsMeter:
     @property
     def slowdown_pct(self) -> float | None:
         return self.total.slowdown_pct
+
+    @property
+    def bound_pct(self) -> float | None:
+        """The bound the figures are held to: the runs' (the strictest, if they differ); None if unknown."""
+        known = [b for b in self.run_bounds if b is not None]
+        return min(known) if known else None
+
+    def verdict(self) -> str | None:
+        return bound_verdict(self.slowdown_pct, self.bound_pct)
 
     def energy(self) -> dict[str, float]:
         """Joules over the counted intervals: used, what the same work would have used at reference, saved."""

@@ -584,6 +584,8 @@ class Daemon:
                     "slowdown_so_far_pct": meter.slowdown_pct,
                     # Joules over the counted time (used, at reference for the same work, saved), what share of
                     # the time the figures cover, and the energy counter's witness (accounting.py).
+                    "bound_pct": meter.bound_pct,
+                    "bound_verdict": meter.verdict(),  # within / at the bound (within the claim's noise) / over
                     "energy": meter.energy(),
                     "coverage": meter.total.coverage(),
                     "witness": meter.total.witness(),
