@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gpoeo_rt.controller.state import Baseline, Decision, PhaseRecord, Policy, State
+from gpoeo_rt.controller.state import CONFIRM_TOLERANCE, Baseline, Decision, PhaseRecord, Policy, State
 from gpoeo_rt.detection import (
     MARKERS,
     SIGNAL,
@@ -99,9 +99,9 @@ class ControllerConfig:
     # power signal, is an alias (two sweeps have such rows, down to 0.72: measurement artefacts, which the
     # simulator reproduces). Step markers cannot alias: a marker-timed speed-up is taken as measured.
     faster_tolerance: float = 0.08
-    # ... and one measured faster than the reference by more than this (period noise: sd 0.25%, max 1% per
-    # window) is not confirmed: it may be probed but is never held (Controller._confirmed_best).
-    confirm_tolerance: float = 0.015
+    # ... and one measured faster than the reference by more than this is not confirmed (state.CONFIRM_TOLERANCE):
+    # it may be probed but is never held (Controller._confirmed_best).
+    confirm_tolerance: float = CONFIRM_TOLERANCE
     plausible_deviation: float = 0.25
     max_probe_windows: int = 3
     # Guard: act when the measured slowdown exceeds the bound by more than this (period noise is ~0.2%).

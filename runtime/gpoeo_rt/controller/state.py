@@ -30,6 +30,11 @@ class Policy(StrEnum):
     SEARCH = "search"  # model-free descent from the reference, with the guard (a baseline)
 
 
+# A power-signal period that says clocks no higher than the reference run iterations faster than it by more than
+# this (period noise: sd 0.25%, max 1% per window) is not confirmed: a false period. The controller never holds such
+# a config (ControllerConfig.confirm_tolerance); the accounting rates nothing by such a window.
+CONFIRM_TOLERANCE = 0.015
+
 LOG_KEYS: tuple[str, ...] = (
     "t_s",  # device time of the decision
     "state",  # state the decision was taken in

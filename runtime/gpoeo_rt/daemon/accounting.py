@@ -5,9 +5,9 @@ The time between two decisions is one interval, rated by what was measured at th
   job runs exactly as without gpoeo: energy and time ratio 1.0 by definition, measured or not;
 - at locked clocks, by the ratios of the decision's own window (taken at those clocks, against the phase's baseline
   at reference), when that window is trusted; a window the controller itself rejected (`SUSPECT_EVENTS`: it may have
-  measured another phase) or one without a period rates nothing, and its interval is left out (`excluded_s`). A
-  search that ends by finding its power-signal periods were aliases (`fallback_reference` while searching) leaves
-  its probes' intervals out too. So the figures cover `counted_s` of the job (`coverage`), and the stored ratios of
+  measured another phase), one without a period, and a power-signal one whose period is not confirmed (lower clocks
+  measured faster than the reference beyond noise: a false period) rate nothing; their intervals are left out
+  (`excluded_s`). So the figures cover `counted_s` of the job (`coverage`), and the stored ratios of
   a known phase are never applied: each interval is rated by a window of its own. Ratios are against the baseline
   the controller keeps true by its drift checks (`drift_check`: a short window at reference that refreshes the
   baseline power).
@@ -33,6 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from gpoeo_rt.controller.state import CONFIRM_TOLERANCE
 
 # Decisions whose window the controller itself did not trust: a suspected or confirmed phase change, a baseline
 # found stale. Their ratios may belong to another phase; their intervals rate nothing.
@@ -138,7 +140,7 @@ class SavingsMeter:
     _prev: dict[str, Any] | None = None  # the previous record of the current run (None: between runs)
     _reference_w: float | None = None  # the latest power measured at reference clocks
     _counter: tuple[float, float] | None = None  # (t_s, joules) of the latest counter reading in this run
-    _search_parts: list[Tally] = field(default_factory=list)  # probe intervals of the search under way
+    _reference: tuple[object, object] | None = None  # the reference clocks (those of an unlocked decision)
 
     def feed(self, record: dict[str, Any]) -> None:
         t = _num(record.get("t_s"))
@@ -149,8 +151,6 @@ class SavingsMeter:
         if event == "start" or (prev is not None and t < float(prev["t_s"])):
             prev = None  # a new run: the time since the last one is downtime
         if prev is None:
-            if self._search_parts and self.runs:
-                self._settle_search({})  # a run that ended mid-search (killed): its probes count as measured
             self.runs.append(Tally())
             self.run_bounds.append(None)
             self._counter = None
@@ -163,6 +163,8 @@ class SavingsMeter:
         event = record.get("event")
         if event == "start":
             self.run_bounds[-1] = _num(record.get("slowdown_bound_pct"))
+        if not record.get("locked"):
+            self._reference = (record.get("sm_clock_mhz"), record.get("mem_clock_mhz"))
         period, power = _num(record.get("period_s")), _num(record.get("power_w"))
         if event == "drift_check" and self.baseline is not None and power is not None:
             period = self.baseline["period_s"]  # a drift check refreshes the power only
@@ -196,7 +198,13 @@ class SavingsMeter:
             p0 = self._reference_w
             r_t = r_e = 1.0
             part.reference_s = dt
-        elif event in SUSPECT_EVENTS or ratios[0] is None or ratios[1] is None or ratios[0] <= 0:
+        elif (
+            event in SUSPECT_EVENTS
+            or ratios[0] is None
+            or ratios[1] is None
+            or ratios[0] <= 0
+            or self._unconfirmed(rec, ratios[0])
+        ):
             p0 = None
             r_t = r_e = math.nan
         else:
@@ -216,24 +224,20 @@ class SavingsMeter:
                 part.witness_s = dt
                 part.witness_counter_j = counter - last[1]
                 part.witness_ratio_j = part.used_j
-        if rec.get("state") == "searching" and locked:
-            self._search_parts.append(part)  # settled when the search ends (see _settle_search)
-        else:
-            run.add(part)
-            self.total.add(part)
-        if rec.get("next_state") != "searching" or event in RUN_END_EVENTS:
-            self._settle_search(rec)
+        run.add(part)
+        self.total.add(part)
 
-    def _settle_search(self, rec: dict[str, Any]) -> None:
-        """A search ends: its probes' intervals count, unless it ended by finding that its periods were aliases
-        (a fallback out of searching: the controller trusted none of its power-signal periods)."""
-        aliased = rec.get("state") == "searching" and rec.get("event") == "fallback_reference"
-        for part in self._search_parts:
-            if aliased:
-                part = Tally(duration_s=part.duration_s, excluded_s=part.duration_s)
-            self.runs[-1].add(part)
-            self.total.add(part)
-        self._search_parts = []
+    def _unconfirmed(self, rec: dict[str, Any], time_ratio: float) -> bool:
+        """A power-signal window at clocks no higher than the reference that says iterations ran faster than
+        there beyond the period's noise: a false period (Controller._unconfirmed; the controller never holds such
+        a config, and falls back to reference when a probe is far faster)."""
+        if rec.get("timing") != "signal" or self._reference is None or time_ratio >= 1.0 - CONFIRM_TOLERANCE:
+            return False
+        clocks = [_num(v) for v in (rec.get("sm_clock_mhz"), rec.get("mem_clock_mhz"), *self._reference)]
+        if any(c is None for c in clocks):
+            return False
+        sm, mem, ref_sm, ref_mem = clocks
+        return sm <= ref_sm and mem <= ref_mem  # type: ignore[operator]
 
     @property
     def saving_pct(self) -> float | None:
