@@ -545,6 +545,10 @@ def bundles_verify(
     raise typer.Exit(1 if failed else 0)
 
 
+def _joules(j: float) -> str:
+    return f"{j / 1e3:.1f} kJ" if abs(j) < 1e6 else f"{j / 1e6:.2f} MJ"
+
+
 def _accounting_lines(summary: dict[str, Any]) -> list[str]:
     """What the saving covers, the drift checks' cost, the energy counter's witness and the runs (report/status)."""
     cov, energy, witness = summary.get("coverage") or {}, summary.get("energy") or {}, summary.get("witness")
@@ -560,15 +564,13 @@ def _accounting_lines(summary: dict[str, Any]) -> list[str]:
             f"{cov['measured']:.0%} measured; {cov['excluded']:.0%} left out)"
         )
     if energy:
-        lines.append(
-            f"energy used {energy['used_j'] / 1e3:.1f} kJ, saved {energy['saved_j'] / 1e3:.1f} kJ (counted time)"
-        )
+        lines.append(f"energy used {_joules(energy['used_j'])}, saved {_joules(energy['saved_j'])} (counted time)")
     if cov.get("drift_checks"):
         lines.append(f"drift checks: {cov['drift_checks']}, {cov['drift_check']:.1%} of the time at reference")
     if witness is not None:
         flag = f"  DISAGREE beyond {witness['tolerance_pct']:g}%" if witness["disagrees"] else ""
         lines.append(
-            f"energy counter {witness['counter_j'] / 1e3:.1f} kJ, ratio-based {witness['ratio_based_j'] / 1e3:.1f} kJ "
+            f"energy counter {_joules(witness['counter_j'])}, ratio-based {_joules(witness['ratio_based_j'])} "
             f"({witness['gap_pct']:+.1f}%){flag}"
         )
     if len(summary.get("runs") or []) > 1:
