@@ -435,6 +435,8 @@ def _print_summary(status: dict[str, Any]) -> None:
     typer.echo(f"gpoeo-rt pid {status['pid']} ({'advise' if status['advise'] else 'control'} mode)")
     typer.echo(render(columns, rows))
     for g in status["gpus"]:
+        for line in _accounting_lines(g):
+            typer.echo(fit(f"GPU {','.join(map(str, g['gpus']))}: {line}", indent="    "))
         if g.get("stuck"):
             typer.echo(fit(f"GPU {g['gpus']}: stuck: NVML ({g['stuck']['call']}) silent for {g['stuck']['for_s']:g} s"))
         if g.get("error"):
@@ -614,6 +616,40 @@ def bundles_verify(
     raise typer.Exit(0 if all(c["ok"] for c in checked) else 1)
 
 
+def _joules(j: float) -> str:
+    return f"{j / 1e3:.1f} kJ" if abs(j) < 1e6 else f"{j / 1e6:.2f} MJ"
+
+
+def _accounting_lines(summary: dict[str, Any]) -> list[str]:
+    """What the saving covers, the drift checks' cost, the energy counter's witness and the runs (report/status)."""
+    cov, energy, witness = summary.get("coverage") or {}, summary.get("energy") or {}, summary.get("witness")
+    lines = []
+    verdict, bound = summary.get("bound_verdict"), summary.get("bound_pct")
+    if verdict is not None and bound is not None:
+        text = {"within": "within", "over": "OVER", "at the bound": "at"}[verdict]
+        noise = " (within the claim's noise of it)" if verdict == "at the bound" else ""
+        lines.append(f"slowdown {text} the {bound:g}% bound{noise}")
+    if cov.get("counted") is not None:
+        lines.append(
+            f"counts {cov['counted']:.0%} of the time ({cov['at_reference']:.0%} at reference, "
+            f"{cov['measured']:.0%} measured; {cov['excluded']:.0%} left out)"
+        )
+    if energy:
+        lines.append(f"energy used {_joules(energy['used_j'])}, saved {_joules(energy['saved_j'])} (counted time)")
+    if cov.get("drift_checks"):
+        lines.append(f"drift checks: {cov['drift_checks']}, {cov['drift_check']:.1%} of the time at reference")
+    if witness is not None:
+        flag = f"  DISAGREE beyond {witness['tolerance_pct']:g}%" if witness["disagrees"] else ""
+        lines.append(
+            f"energy counter {_joules(witness['counter_j'])}, ratio-based {_joules(witness['ratio_based_j'])} "
+            f"({witness['gap_pct']:+.1f}%){flag}"
+        )
+    if len(summary.get("runs") or []) > 1:
+        run_s = f", {cov['duration_s']:.0f} s in all" if cov.get("duration_s") is not None else ""
+        lines.append(f"{len(summary['runs'])} runs{run_s}, combined by time (downtime between them not counted)")
+    return lines
+
+
 @app.command()
 def report(
     log: Annotated[str, typer.Argument(help="A decision log (JSON lines) written by `gpoeo-rt start`.")],
@@ -644,6 +680,8 @@ def report(
             f"  measured {LABELS['saving_pct']} {_fmt(summary['saving_pct'], '.1f')}, "
             f"{LABELS['slowdown_pct']} {_fmt(summary['slowdown_pct'], '.1f')} (exploration included)"
         )
+        for line in _accounting_lines(summary):
+            typer.echo(fit(f"  {line}", indent="    "))
         events = "events: " + ", ".join(f"{k} x{v}" for k, v in sorted(summary["events"].items()))
         typer.echo(fit(f"  {events}", indent="    "))
     if plot is not None:

@@ -108,7 +108,13 @@ def test_profile_search_hold_saves_energy_within_the_bound(predictor: Predictor)
     converged = next(d for d in controller.decisions if d.event == "converged")
     assert converged.t_s < 60.0  # converged within a minute of job time (80 ms iterations)
     assert (converged.sm_clock_mhz, converged.mem_clock_mhz) != DEFAULT and converged.locked
-    assert all(c[0] <= converged.t_s for c in controller.clock_changes[:-1])  # nothing moved until the stop
+    # Nothing moved until the stop but the drift checks: a short window at reference, then the held config again.
+    held = (converged.sm_clock_mhz, converged.mem_clock_mhz, True)
+    later = [c[1:] for c in controller.clock_changes[:-1] if c[0] > converged.t_s]
+    assert later == [(*DEFAULT, False), held] * (len(later) // 2) and len(later) % 2 == 0
+    checks = [d for d in controller.decisions if d.event == "drift_check"]
+    assert 2 <= len(checks) == len(later) // 2 and all(d.locked and d.state is State.HOLDING for d in checks)
+    assert log[0]["event"] == "start"  # a run boundary in the log
     slowdown, saving = _truth_ratios("membound", gpu, seed=3)
     assert slowdown <= 0.05 + 0.005
     assert saving > 0.08
@@ -373,3 +379,58 @@ def test_edp_objectives_hold_their_own_choice_without_guarding_it_away(
         (converged.sm_clock_mhz, converged.mem_clock_mhz),
         pytest.approx(converged.measured_time_ratio),
     )
+
+
+# --- what is held: confirmed timing, a baseline that stays true ------------------------------------------------
+
+
+def test_a_config_measured_faster_than_reference_on_the_power_signal_is_never_held() -> None:
+    """Lower clocks cannot run iterations faster beyond the period's noise: a power-signal period that says so is
+    not confirmed (a false period), and the search's pick falls to the best confirmed config; with step markers
+    the same measurement is taken as measured."""
+    from dataclasses import replace
+
+    gpu = _gpu("membound")
+    controller = Controller(gpu, config=ControllerConfig(policy=Policy.SEARCH))
+    while controller.state is not State.SEARCHING:
+        controller.step()
+    search, grid = controller._search, controller._grid
+    assert search is not None and controller.baseline is not None and controller.baseline.timing == "signal"
+    lower = [i for i, (sm, mem) in enumerate(grid) if sm < DEFAULT[0] and mem == DEFAULT[1]]
+    false_fast, true_slow = lower[0], lower[-1]
+    search.record(false_fast, 0.975, 0.70)  # 2.5% faster at lower clocks: beyond confirm_tolerance
+    search.record(true_slow, 1.03, 0.85)
+    assert search.best() == false_fast
+    best, why = controller._confirmed_best()
+    assert best == true_slow and "not confirmed" in why
+    search.record(false_fast, 0.99, 0.70)  # within the noise: confirmed
+    assert controller._confirmed_best() == (false_fast, "")
+    search.record(false_fast, 0.975, 0.70)
+    controller._baseline = replace(controller.baseline, timing="markers")  # markers cannot alias
+    assert controller._confirmed_best() == (false_fast, "")
+
+
+def test_drift_checks_keep_the_baseline_power_of_a_warming_gpu() -> None:
+    """A GPU that warms up 3% (the simulator's stress case): the drift checks at reference follow it, so the held
+    config's energy ratio stays the true one instead of growing with the warm-up; their cadence slows as the drift
+    settles."""
+    gpu = SimulatedGPU(preset_workload("membound"), seed=4, allow_clock_writes=True)
+    controller = Controller(gpu, config=ControllerConfig(policy=Policy.SEARCH))
+    controller.run(1200.0)
+    checks = [d for d in controller.decisions if d.event == "drift_check"]
+    assert checks and controller.baseline is not None
+    first = next(d for d in controller.decisions if d.event == "baseline")
+    assert first.power_w is not None and checks[-1].power_w is not None
+    assert checks[-1].power_w / first.power_w - 1.0 == pytest.approx(0.03 * (1 - math.exp(-1200 / 240)), abs=0.008)
+    assert controller.baseline.power_w == checks[-1].power_w
+    gaps = np.diff([d.t_s for d in checks])
+    assert gaps[-1] > gaps[0]  # the interval grows as the drift settles
+    late = [d.measured_energy_ratio for d in controller.decisions if d.event == "hold" and d.t_s > 600]
+    early = [d.measured_energy_ratio for d in controller.decisions if d.event == "hold" and d.t_s < 120]
+    assert late and early and abs(np.mean(late) - np.mean(early)) < 0.01  # without checks: ~ +2.5%
+    off = SimulatedGPU(preset_workload("membound"), seed=4, allow_clock_writes=True)
+    unchecked = Controller(off, config=ControllerConfig(policy=Policy.SEARCH, drift_check_s=0.0))
+    unchecked.run(1200.0)
+    assert not any(d.event == "drift_check" for d in unchecked.decisions)
+    late_off = [d.measured_energy_ratio for d in unchecked.decisions if d.event == "hold" and d.t_s > 600]
+    assert np.mean(late_off) - np.mean(late) > 0.015

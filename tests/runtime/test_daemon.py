@@ -414,6 +414,9 @@ def _check_exposition(text: str) -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert families["gpoeo_decisions"].type == "counter" and families["gpoeo_restarts"].type == "counter"
     assert families["gpoeo_locked"].type == "gauge"
+    # Joules as counters (used, and at reference for the same work), the saved joules beside them as a gauge.
+    assert families["gpoeo_energy_used_joules"].type == families["gpoeo_energy_reference_joules"].type == "counter"
+    assert families["gpoeo_energy_saved_joules"].type == "gauge"
     states = families["gpoeo_state"]
     # A state set (one series per possible state, 1 for the current one), a gauge in the text format.
     assert {s.labels["gpoeo_state"] for s in states.samples} >= {"profiling", "holding", "refused"}
@@ -441,3 +444,22 @@ def test_the_grafana_dashboard_queries_only_metrics_the_exporter_serves() -> Non
     exprs += [v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     used = {m for expr in exprs for m in re.findall(r"\bgpoeo_[a-z_]+", expr)}
     assert used and used <= served, used - served
+
+
+def test_the_energy_counters_export_the_meters_joules() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpoeo_rt.daemon.metrics import _StatusCollector
+
+    energy = {"used_j": 800.0, "reference_j": 1000.0, "saved_j": 200.0}
+    gpu = {"gpus": [0], "uuid": "GPU-1", "state": "holding", "mode": "control", "decisions": 9, "restarts": 0}
+    gpu |= {"energy": energy, "coverage": {"counted": 0.9}}
+    registry = CollectorRegistry()
+    registry.register(_StatusCollector(lambda: {"gpus": [gpu]}))  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    assert values["gpoeo_energy_used_joules_total"] == 800.0
+    assert values["gpoeo_energy_reference_joules_total"] == 1000.0
+    assert values["gpoeo_energy_saved_joules"] == 200.0 and values["gpoeo_counted_ratio"] == 0.9
+    _check_exposition(text)

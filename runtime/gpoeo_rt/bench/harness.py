@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from gpoeo_rt.controller.controller import Controller
 from gpoeo_rt.device import SimConfig, SimulatedGPU, SweepWorkload
 from gpoeo_rt.prediction.bundle import verify_bundle
 from gpoeo_rt.prediction.predictor import Predictor
@@ -51,6 +52,21 @@ class JobTruth:
 
     def iterations(self, t_s: float) -> int:
         return self._first + int(np.searchsorted(self._ends, t_s, side="right"))
+
+
+def decided_clock_changes(controller: Controller) -> list[tuple[float, int, int]]:
+    """The controller's clock changes (t_s, sm, mem) without its drift checks' excursions (to reference and back
+    to the held config at the `drift_check` decision): what it decided, so `converge_s` is when its final config was
+    chosen. The excursions' cost stays in the truth's energy and time."""
+    checks = {d.t_s for d in controller.decisions if d.event == "drift_check"}
+    changes = [(t, sm, mem) for t, sm, mem, _ in controller.clock_changes]
+    kept: list[tuple[float, int, int]] = []
+    for change in changes:
+        if change[0] in checks and len(kept) >= 2 and kept[-2][1:] == change[1:]:
+            kept.pop()  # the departure to reference; the return is the config already held
+            continue
+        kept.append(change)
+    return kept
 
 
 # --- the oracle ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from gpoeo_rt.bench.harness import decided_clock_changes
 from gpoeo_rt.controller.controller import Controller
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.device.base import GPU, ClockTable
@@ -193,7 +194,7 @@ class ControllerPolicy:
 
     @property
     def clock_changes(self) -> list[tuple[float, int, int]]:
-        return [(t, sm, mem) for t, sm, mem, _ in self.controller.clock_changes]
+        return decided_clock_changes(self.controller)
 
     @property
     def probes(self) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from gpoeo_rt.bench.runner import PolicyResult
+from gpoeo_rt.daemon.accounting import bound_verdict
 from gpoeo_rt.tables import Column, render
 
 ALL_SKUS = "all"
@@ -76,23 +77,41 @@ def dominance(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
     return out
 
 
+def _verdict(r: PolicyResult) -> str | None:
+    claimed = None if r.claimed_slowdown is None else 100 * r.claimed_slowdown
+    return bound_verdict(claimed, None if r.max_slowdown is None else 100 * r.max_slowdown)
+
+
 def claim_errors(results: Sequence[PolicyResult]) -> dict[str, float | None]:
     """How far the runtime's own claims (what `gpoeo-rt status` would say) are from the truth, in points: mean
-    (bias) and worst of claimed minus true, for the saving and the slowdown. None for policies without claims."""
-    pairs = [(r.claimed_saving, r.saving, r.claimed_slowdown, r.slowdown) for r in results]
-    saving = [100 * (c - t) for c, t, _, _ in pairs if c is not None]
-    slowdown = [100 * (c - t) for _, _, c, t in pairs if c is not None]
-    if not saving or not slowdown:
-        return dict.fromkeys(CLAIM_KEYS)
+    (bias) and worst of claimed minus true, for the saving and the slowdown; the runs over their bound whose claim
+    said within it; the worst claimed saving of a run that ended at the reference clocks (issue 20: 0 +- 0.3).
+    None for policies without claims."""
+    claimed = [r for r in results if r.claimed_saving is not None and r.claimed_slowdown is not None]
+    if not claimed:
+        return dict.fromkeys((*CLAIM_KEYS, *CLAIM_HONESTY_KEYS))
+    saving = [100 * (r.claimed_saving - r.saving) for r in claimed]  # type: ignore[operator]
+    slowdown = [100 * (r.claimed_slowdown - r.slowdown) for r in claimed]  # type: ignore[operator]
+    # Over the bound while the report says "within" (the claim beyond its noise below the bound; accounting.py).
+    hidden = [r for r in claimed if r.violation and _verdict(r) == "within"]
+    under = [r for r in claimed if r.violation and r.claimed_slowdown <= (r.max_slowdown or 0.0)]  # type: ignore[operator]
+    at_reference = [100 * r.claimed_saving for r in claimed if r.final_clocks == r.reference_clocks]  # type: ignore[operator]
     return {
         "claim_saving_bias_pts": statistics.mean(saving),
         "claim_saving_worst_pts": max(saving, key=abs),
         "claim_slowdown_bias_pts": statistics.mean(slowdown),
         "claim_slowdown_worst_pts": max(slowdown, key=abs),
+        "claim_hidden_violations": len(hidden),
+        "claim_under_bound_violations": len(under),
+        "claim_at_reference_worst_pts": max(at_reference, key=abs) if at_reference else None,
     }
 
 
 CLAIM_KEYS = ("claim_saving_bias_pts", "claim_saving_worst_pts", "claim_slowdown_bias_pts", "claim_slowdown_worst_pts")
+# Also in the summaries where they apply: runs over the bound that the report calls within it (its claim beyond
+# the claim's noise below the bound), and those whose claim is at all below it; the worst claimed saving of the runs
+# gpoeo left at reference (None: there were none).
+CLAIM_HONESTY_KEYS = ("claim_hidden_violations", "claim_under_bound_violations", "claim_at_reference_worst_pts")
 
 
 def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float, max_slowdown: float) -> dict[str, Any]:

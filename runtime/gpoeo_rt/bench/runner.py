@@ -126,6 +126,8 @@ class PolicyResult:
     # What the runtime would report for the job (SavingsMeter over its decisions); None for the baselines.
     claimed_saving: float | None = None
     claimed_slowdown: float | None = None
+    reference_clocks: tuple[int, int] | None = None
+    max_slowdown: float | None = None  # the bound the run was held to
 
 
 # --- models --------------------------------------------------------------------------------------------------
@@ -251,6 +253,8 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
                 probes=probes,
                 claimed_saving=claimed[0],
                 claimed_slowdown=claimed[1],
+                reference_clocks=reference,
+                max_slowdown=s.max_slowdown,
                 **scored,
             )
         )

@@ -44,6 +44,7 @@ from gpoeo_rt.bench.harness import (
     FOLD_INDEX,
     JobTruth,
     Oracle,
+    decided_clock_changes,
     fold_bundles,
     held_out_predictor,
     job_gpu,
@@ -150,7 +151,7 @@ def score(
     *,
     duration_s: float,
 ) -> dict[str, Any]:
-    changes = [(t, sm, mem) for t, sm, mem, _ in controller.clock_changes]
+    changes = decided_clock_changes(controller)
     scored = score_job(JobTruth(gpu), default, changes, controller.reference, duration_s)
     table = oracle.table.get(scored["final_clocks"])
     scored["final_table_saving"] = 1.0 - table[1] if table else None

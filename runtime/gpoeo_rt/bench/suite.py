@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpoeo_rt.bench import synthetic
-from gpoeo_rt.bench.report import ALL_SKUS, CLAIM_KEYS, dominance, summarize
+from gpoeo_rt.bench.report import ALL_SKUS, CLAIM_HONESTY_KEYS, CLAIM_KEYS, dominance, summarize
 from gpoeo_rt.bench.runner import BenchInputError, BenchSettings, run_bench
 from gpoeo_rt.bench.sweeps import Groups, faster_at_lower_clock
 
@@ -174,7 +174,7 @@ def headline(result: dict[str, Any]) -> dict[str, Any]:
                         "worst_pct": _round(r["max_slowdown_pct"]),
                         "converge_s": _round(r["mean_converge_s"]),
                         "exploration_pct": _round(r["exploration_pct"]),
-                        **{k: _round(r[k]) for k in CLAIM_KEYS if r.get(k) is not None},
+                        **{k: _round(r[k]) for k in (*CLAIM_KEYS, *CLAIM_HONESTY_KEYS) if r.get(k) is not None},
                     }
                     for policy, r in rows.items()
                     if policy != "default"

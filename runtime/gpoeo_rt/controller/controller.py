@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gpoeo_rt.controller.state import Baseline, Decision, PhaseRecord, Policy, State
+from gpoeo_rt.controller.state import CONFIRM_TOLERANCE, Baseline, Decision, PhaseRecord, Policy, State
 from gpoeo_rt.detection import (
     MARKERS,
     SIGNAL,
@@ -53,12 +53,14 @@ from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.sampling import MarkerSource, PowerWindow, Sampler
 from gpoeo_rt.search.baselines import DescentSearch, PredictedPick
 from gpoeo_rt.search.measured import MeasuredSearch
-from gpoeo_rt.search.objectives import Objective
+from gpoeo_rt.search.objectives import Objective, pick_config
 from gpoeo_rt.search.prior import counter_trust, prior_from_prediction
 from gpoeo_rt.search.protocol import Search
 
 LogSink = Callable[[dict[str, object]], None]
 Clocks = tuple[int, int]
+# A decision logs the energy counter only when the latest reading ends its own window (a few ms before it).
+_COUNTER_FRESH_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ class ControllerConfig:
     # power signal, is an alias (two sweeps have such rows, down to 0.72: measurement artefacts, which the
     # simulator reproduces). Step markers cannot alias: a marker-timed speed-up is taken as measured.
     faster_tolerance: float = 0.08
+    # ... and one measured faster than the reference by more than this is not confirmed (state.CONFIRM_TOLERANCE):
+    # it may be probed but is never held (Controller._confirmed_best).
+    confirm_tolerance: float = CONFIRM_TOLERANCE
     plausible_deviation: float = 0.25
     max_probe_windows: int = 3
     # Guard: act when the measured slowdown exceeds the bound by more than this (period noise is ~0.2%).
@@ -110,6 +115,16 @@ class ControllerConfig:
     phase_period_tol: float = 0.03
     phase_power_tol: float = 0.06
     phase_counter_tol: float = 0.05
+    # Drift checks: while a locked config is held, a short window at reference clocks now and then refreshes the
+    # baseline power, so ratios are against a baseline of the same thermal state (a GPU draws more as it warms:
+    # +0.4% over 3.5 min on a real H200, 3% in the simulator's stress case; docs/accounting.md). The first comes
+    # drift_check_s into the hold; the interval doubles while a check finds less drift than drift_noise, up to
+    # max_drift_check_s. Each check costs its window (drift_window_periods periods, at least min_window_s) at
+    # reference, logged as `drift_check`. 0 turns them off.
+    drift_check_s: float = 30.0
+    max_drift_check_s: float = 480.0
+    drift_noise: float = 0.005
+    drift_window_periods: int = 5
     # Fallbacks.
     fallback_retry_s: float = 60.0  # no resolvable period: stay at reference, re-profile this much later
     idle_sm_active: float = 0.05  # feat_sm_active under this (when the GPU reports it): idle
@@ -227,8 +242,13 @@ class Controller:
         self._hold_window_s: float | None = None
         self._fallback_reason: str | None = None
         self._held_predicted_time_ratio: float | None = None
+        # Drift checks (see ControllerConfig.drift_check_s): the baseline they were scheduled for, and when.
+        self._drift_for: Baseline | None = None
+        self._drift_interval_s = self.config.drift_check_s
+        self._next_drift_s = math.inf
         # The first step resets the clocks: a lock left behind by another process must not pose as the reference.
         self._reset_pending = not self.config.advise
+        self._started = False  # the first step logs a "start" decision: a run boundary in the decision log
         self.advised: Clocks | None = None  # advise mode: the config it would set (None: the reference)
 
     # --- public API -------------------------------------------------------------------------------------------
@@ -255,6 +275,16 @@ class Controller:
             State.IDLE: self._step_idle,
         }
         try:
+            if not self._started:
+                self._started = True
+                what = "advise mode" if self.config.advise else f"policy {self.config.policy.value}"
+                bound = 100.0 * self.config.max_slowdown if self.config.objective is Objective.ENERGY else None
+                self._decide(
+                    "start",
+                    self.state,
+                    f"controller started ({what}): a new run in the decision log",
+                    slowdown_bound_pct=bound,
+                )
             if self._reset_pending:
                 self._device.reset_clocks()
                 self._record_clock_change(None)
@@ -297,8 +327,10 @@ class Controller:
 
     def _decide(self, event: str, next_state: State, reason: str, **fields: Any) -> Decision:
         sm, mem = self.clocks
+        now = self._now()
+        reading = self._sampler.energy_reading  # the counter at the end of the latest window: the witness's
         decision = Decision(
-            t_s=self._now(),
+            t_s=now,
             state=self.state,
             next_state=next_state,
             event=event,
@@ -307,6 +339,7 @@ class Controller:
             locked=self._locked is not None,
             reason=reason,
             phase=self._phase,
+            energy_counter_j=reading[1] if reading is not None and now - reading[0] <= _COUNTER_FRESH_S else None,
             **fields,
         )
         self.state = next_state
@@ -760,9 +793,45 @@ class Controller:
             **info,
         )
 
-    def _converge(self, event: str, reason: str, info: dict[str, Any] | None = None) -> Decision:
+    def _unconfirmed(self, index: int) -> float | None:
+        """The measured time ratio of a config whose timing on the power signal is not confirmed: no higher clocks
+        than the reference, yet measured faster than it by more than the period's noise (confirm_tolerance). A
+        false period (an alias of iterations shorter than the sampling resolves) does that; a true one cannot,
+        beyond noise. None: confirmed (or marker-timed: markers cannot alias)."""
+        assert self._search is not None and self._baseline is not None
+        measured = self._search.measured(index)
+        if self._baseline.timing == MARKERS or measured is None or index == self._ref_index:
+            return None
+        lower = self._grid_sm[index] <= self.reference[0] and self._grid_mem[index] <= self.reference[1]
+        return measured[0] if lower and measured[0] < 1.0 - self.config.confirm_tolerance else None
+
+    def _confirmed_best(self) -> tuple[int, str]:
+        """The search's best, or, when its timing is not confirmed, the best measured config whose timing is (the
+        reference at worst): an unconfirmed config is never held beyond its probe."""
         assert self._search is not None
         best = self._search.best()
+        doubt = self._unconfirmed(best)
+        if doubt is None:
+            return best, ""
+        confirmed = [i for i in self._search.measured_indices() if self._unconfirmed(i) is None]
+        values = [self._search.measured(i) or (1.0, 1.0) for i in confirmed]
+        pick = confirmed[
+            pick_config(
+                self.config.objective,
+                np.array([v[0] for v in values]),
+                np.array([v[1] for v in values]),
+                self.config.max_slowdown,
+            )
+        ]
+        return pick, (
+            f"; {self._grid[best]} MHz measured {(1 - doubt) * 100:.1f}% faster than reference at lower clocks: "
+            "its period on the power signal is not confirmed, so it is not held"
+        )
+
+    def _converge(self, event: str, reason: str, info: dict[str, Any] | None = None) -> Decision:
+        assert self._search is not None
+        best, doubt = (self._search.best(), "") if self.config.advise else self._confirmed_best()
+        reason += doubt
         clocks = None if best == self._ref_index else self._grid[best]
         measured = self._search.measured(best) or (None, None)
         exp_time, exp_energy = self._search.expected(best)
@@ -833,8 +902,51 @@ class Controller:
         lo, hi = self._period_bounds(index)
         return min(max(self._baseline.period_s * time_ratio, lo), hi)
 
+    def _drift_due(self) -> bool:
+        """A drift check is due now: a locked config held and confirmed (a phase-change reference taken), nothing
+        suspected. The schedule starts with each new baseline."""
+        cfg = self.config
+        if cfg.advise or cfg.drift_check_s <= 0 or self._held is None or self._baseline is None:
+            return False
+        if self._fallback_reason is not None or self._suspect_change or self._hold_ref is None:
+            return False
+        if self._drift_for is not self._baseline:
+            self._drift_for = self._baseline
+            self._drift_interval_s = cfg.drift_check_s
+            self._next_drift_s = self._now() + cfg.drift_check_s
+        return self._now() >= self._next_drift_s
+
+    def _drift_check(self) -> Decision:
+        """A short window at reference clocks: its power becomes the baseline's (the period is kept: it drifts far
+        less, +0.2% on the H200, and a short window's period is noisier than that); then back to the held config."""
+        cfg = self.config
+        baseline, held = self._baseline, self._held
+        assert baseline is not None and held is not None
+        self._set_clocks(None)
+        periods = max(cfg.drift_window_periods, math.ceil(cfg.min_window_s / baseline.period_s))
+        window = self._measure(min(periods * baseline.period_s, cfg.max_window_s))
+        power = self._window_power([window], baseline.period_s if baseline.timing == MARKERS else None)
+        self._set_clocks(held)
+        drift = power / baseline.power_w - 1.0
+        self._baseline = self._drift_for = replace(baseline, power_w=power)
+        if self._phase is not None:
+            self.phases[self._phase] = replace(self.phases[self._phase], baseline=self._baseline)
+        if abs(drift) <= cfg.drift_noise:
+            self._drift_interval_s = min(2.0 * self._drift_interval_s, cfg.max_drift_check_s)
+        self._next_drift_s = self._now() + self._drift_interval_s
+        return self._decide(
+            "drift_check",
+            State.HOLDING,
+            f"reference power {power:.1f} W ({drift * 100:+.2f}% since the last baseline): baseline refreshed; "
+            f"back to {held} MHz, next drift check in {self._drift_interval_s:g} s",
+            window_s=window.duration_s,
+            power_w=power,
+        )
+
     def _step_holding(self) -> Decision:
         cfg = self.config
+        if self._drift_due():
+            return self._drift_check()
         self._sleep_until(self._next_check_s)
         if self._fallback_reason is not None:
             return self._reprofile("retry_profile", f"re-profiling after the fallback ({self._fallback_reason})")

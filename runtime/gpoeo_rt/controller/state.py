@@ -30,6 +30,11 @@ class Policy(StrEnum):
     SEARCH = "search"  # model-free descent from the reference, with the guard (a baseline)
 
 
+# A power-signal period that says clocks no higher than the reference run iterations faster than it by more than
+# this (period noise: sd 0.25%, max 1% per window) is not confirmed: a false period. The controller never holds such
+# a config (ControllerConfig.confirm_tolerance); the accounting rates nothing by such a window.
+CONFIRM_TOLERANCE = 0.015
+
 LOG_KEYS: tuple[str, ...] = (
     "t_s",  # device time of the decision
     "state",  # state the decision was taken in
@@ -49,6 +54,8 @@ LOG_KEYS: tuple[str, ...] = (
     "predicted_energy_ratio",
     "advised_sm_clock_mhz",  # advise mode: the config it would set (null: not advising)
     "advised_mem_clock_mhz",
+    "energy_counter_j",  # the GPU's energy counter at the end of this decision's window (null: none, or no counter)
+    "slowdown_bound_pct",  # the bound the run holds the job to (on its `start` decision; null elsewhere)
     "reason",  # human-readable why
 )
 
@@ -81,6 +88,8 @@ class Decision:
     predicted_energy_ratio: float | None = None
     advised: tuple[int, int] | None = None
     timing: str | None = None
+    energy_counter_j: float | None = None
+    slowdown_bound_pct: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready: exactly LOG_KEYS, NaN as null."""
@@ -103,6 +112,8 @@ class Decision:
             "predicted_energy_ratio": _json_float(self.predicted_energy_ratio, 5),
             "advised_sm_clock_mhz": None if self.advised is None else int(self.advised[0]),
             "advised_mem_clock_mhz": None if self.advised is None else int(self.advised[1]),
+            "energy_counter_j": _json_float(self.energy_counter_j, 3),
+            "slowdown_bound_pct": _json_float(self.slowdown_bound_pct, 4),
             "reason": self.reason,
         }
 

@@ -582,6 +582,13 @@ class Daemon:
                     "now": meter.now(),
                     "saving_so_far_pct": meter.saving_pct,
                     "slowdown_so_far_pct": meter.slowdown_pct,
+                    # Joules over the counted time (used, at reference for the same work, saved), what share of
+                    # the time the figures cover, and the energy counter's witness (accounting.py).
+                    "bound_pct": meter.bound_pct,
+                    "bound_verdict": meter.verdict(),  # within / at the bound (within the claim's noise) / over
+                    "energy": meter.energy(),
+                    "coverage": meter.total.coverage(),
+                    "witness": meter.total.witness(),
                     "decisions": w.decisions,
                     "last_reason": w.last_reason,
                     "restarts": w.restarts,

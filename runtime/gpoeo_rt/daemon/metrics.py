@@ -29,6 +29,10 @@ def _ratio(key: str) -> Reader:
     return lambda g: None if g.get(key) is None else g[key] / 100.0
 
 
+def _energy(key: str) -> Reader:
+    return lambda g: (g.get("energy") or {}).get(key)
+
+
 # (metric name, help, how to read it from one GPU entry of the status)
 _GAUGES: tuple[tuple[str, str, Reader], ...] = (
     (
@@ -41,10 +45,25 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
     ("gpoeo_sm_clock_megahertz", "SM clock in effect", lambda g: (g.get("clocks") or [None, None])[0]),
     ("gpoeo_mem_clock_megahertz", "Memory clock in effect", lambda g: (g.get("clocks") or [None, None])[1]),
     ("gpoeo_locked", "1 while gpoeo holds a clock lock", lambda g: int(bool(g.get("locked")))),
+    ("gpoeo_energy_saved_joules", "Energy saved so far (reference minus used joules)", _energy("saved_j")),
+    (
+        "gpoeo_counted_ratio",
+        "Share of the run time the saving counts (the rest: suspect or unmeasured windows)",
+        lambda g: (g.get("coverage") or {}).get("counted"),
+    ),
 )
+# Energy as counters (joules over the time the figures count, every run of the daemon): what was used, and what
+# the same work would have used at reference clocks; saved = reference - used (a counter cannot go down, and the
+# saving can, while exploring).
 _COUNTERS: tuple[tuple[str, str, Reader], ...] = (
     ("gpoeo_decisions", "Decisions taken by the GPU's controller", lambda g: g.get("decisions")),
     ("gpoeo_restarts", "Controller restarts after errors", lambda g: g.get("restarts")),
+    ("gpoeo_energy_used_joules", "Energy used in the time the saving counts (ratio-based)", _energy("used_j")),
+    (
+        "gpoeo_energy_reference_joules",
+        "Energy the same iterations would have used at reference clocks (minus used: saved)",
+        _energy("reference_j"),
+    ),
 )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpoeo_rt.controller.state import LOG_KEYS
-from gpoeo_rt.daemon.accounting import SavingsMeter
+from gpoeo_rt.daemon.accounting import SavingsMeter, bound_verdict
 
 
 class LogError(ValueError):
@@ -56,6 +56,8 @@ def read_log(path: str | Path) -> list[dict[str, Any]]:
 
 
 def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The log's figures (accounting.SavingsMeter): combined over its runs by time, downtime between runs never
+    counted, and each run's own."""
     meter = SavingsMeter()
     for record in records:
         meter.feed(record)
@@ -68,6 +70,22 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "baseline": meter.baseline,
         "saving_pct": meter.saving_pct,
         "slowdown_pct": meter.slowdown_pct,
+        "bound_pct": meter.bound_pct,
+        "bound_verdict": meter.verdict(),
+        "energy": meter.energy(),
+        "coverage": meter.total.coverage(),
+        "witness": meter.total.witness(),
+        "runs": [
+            {
+                "saving_pct": run.saving_pct,
+                "slowdown_pct": run.slowdown_pct,
+                "bound_verdict": bound_verdict(run.slowdown_pct, bound),
+                "saved_j": round(run.saved_j, 1),
+                "coverage": run.coverage(),
+                "witness": run.witness(),
+            }
+            for run, bound in zip(meter.runs, meter.run_bounds, strict=True)
+        ],
         "final_clocks": [records[-1]["sm_clock_mhz"], records[-1]["mem_clock_mhz"]],
         "final_locked": bool(records[-1].get("locked")),
         "events": events,

@@ -68,7 +68,10 @@ class SimConfig:
     # The power the sensor reports follows the GPU's work with this time constant: a 20 ms host stall never
     # reaches idle power, and the power ramps up again over the next busy part (as recorded).
     power_lag_s: float = 0.009
-    drift_frac: float = 0.03  # power rises by this fraction as the GPU warms up (leakage grows with heat)
+    # Power rises by drift_frac as the GPU warms up (leakage grows with heat), with time constant drift_tau_s. The
+    # default 3% is a stress case (the benches and issue 20's targets use it); a real H200 measured far less:
+    # H200_MEASURED_DRIFT_FRAC.
+    drift_frac: float = 0.03
     drift_tau_s: float = 240.0
     counter_noise: float = 0.005  # std of noise on counter fractions
     gpm_min_interval_s: float = 0.1
@@ -81,6 +84,9 @@ class SimConfig:
     lookahead_s: float = 10.0  # the timeline is generated this far ahead of now; a clock write rolls it back
 
 
+# The warm-up of a real H200 (data/traces/h200-jitter/README.md: ResNet-50 from a 40 C idle to 57.6 C): energy per
+# iteration +0.4% over 3.5 minutes (power +0.2%, iteration time +0.2%). SimConfig(drift_frac=...) to simulate it.
+H200_MEASURED_DRIFT_FRAC = 0.004
 COUNTER_MODES: tuple[str, ...] = ("realistic", "sweep", "none")
 # NVML GPM (the counters the runtime reads) exists on Hopper and later GPUs only (nvmlGpmQueryDeviceSupport).
 _GPM_NAMES = re.compile(r"\b(g?h100|g?h200|h800|h20|g?b100|g?b200|g?b300)\b")

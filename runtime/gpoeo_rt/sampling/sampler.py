@@ -79,6 +79,14 @@ class Sampler:
         self._boundary_iterations: int | None = None
         self._last_sample_t_s: float | None = None
 
+    @property
+    def energy_reading(self) -> tuple[float, float] | None:
+        """(time, joules) of the latest energy-counter reading, at the end of the last window (None: none yet,
+        or no counter on this GPU)."""
+        if self._boundary_s is None or not math.isfinite(self._boundary_energy_j):
+            return None
+        return self._boundary_s, self._boundary_energy_j
+
     def _energy(self) -> float:
         try:
             return self._device.energy_j()
