@@ -1,4 +1,5 @@
-"""Markdown tables of the bench suite's results (docs/bench.md): one table per set, every policy at every bound.
+"""Markdown tables of the bench suite's results (docs/bench.md): an overview (gpoeo-rt on every set and bound, on
+all tables and on the tables that keep to physics), then one table per set and bound with every policy.
 
     python scripts/bench_tables.py [data/bench/results_ood.json]
 
@@ -24,6 +25,40 @@ COLUMNS = (
 )
 
 
+def pct(table: dict, policy: str) -> str:
+    value = table.get(policy, {}).get("pct_of_oracle")
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _dominated(data: dict, key: str) -> str:
+    found = data.get(key, {}).get("gpoeo-rt") or []
+    return "by " + ", ".join(found) if found else "no"
+
+
+def overview(result: dict) -> None:
+    """One row per set and bound: gpoeo-rt against its markers twin and sweep, on all tables and on physical ones."""
+    print(
+        "| set | bound | jobs | gpoeo-rt: % of oracle | mean slowdown | runs over | worst | final config at "
+        "| markers: % of oracle | sweep: % of oracle | dominated | physical tables | gpoeo-rt there "
+        "| markers there | sweep there | dominated there |"
+    )
+    print("|" + "---|" * 16)
+    for set_name, per_bound in result["sets"].items():
+        broken = len(result.get("tables_breaking_physics", {}).get(set_name, []))
+        for bound, data in per_bound.items():
+            rows = {r["policy"]: r for r in data["summary"] if r["sku"] == "all"}
+            phys = {r["policy"]: r for r in data.get("summary_physical", [])}
+            ours = rows["gpoeo-rt"]
+
+            print(
+                f"| {set_name} | {float(bound):.0%} | {ours['workloads']} | {pct(rows, 'gpoeo-rt')} "
+                f"| {ours['mean_slowdown_pct']:.2f}% | {ours['violations_pct']:.1f}% | {ours['max_slowdown_pct']:.2f}% "
+                f"| {ours['mean_converge_s']:.0f} s | {pct(rows, 'gpoeo-rt-markers')} | {pct(rows, 'sweep')} "
+                f"| {_dominated(data, 'dominated')} | {ours['workloads'] - broken} | {pct(phys, 'gpoeo-rt')} "
+                f"| {pct(phys, 'gpoeo-rt-markers')} | {pct(phys, 'sweep')} | {_dominated(data, 'dominated_physical')} |"
+            )
+
+
 def main(argv: list[str]) -> int:
     path = Path(argv[1] if len(argv) > 1 else "data/bench/results_ood.json")
     try:
@@ -31,6 +66,7 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {path}: {exc} (run `dvc repro bench_ood` first)", file=sys.stderr)
         return 2
+    overview(result)
     for set_name, per_bound in result["sets"].items():
         for bound, data in per_bound.items():
             rows = [r for r in data["summary"] if r["sku"] == "all" and r["policy"] != "default"]
