@@ -486,7 +486,8 @@ class Controller:
         est = self._estimate([window])
         m = self._reduce(window, est)
         info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing}
-        if not est.ok and self._is_idle(window):
+        # Idle whatever the detector says: an idle H200's buffered power carries a 10 Hz artefact that folds.
+        if self._is_idle(window):
             return self._enter_idle(f"no GPU activity (feat_sm_active < {cfg.idle_sm_active}) while profiling", info)
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
