@@ -160,6 +160,22 @@ def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predi
         assert outcome.clock_writes == 0
 
 
+@pytest.mark.parametrize("folder", sorted(d for d in JITTER.iterdir() if d.is_dir()), ids=lambda p: p.name)
+def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: Predictor) -> None:
+    """The held-out recordings of real jittery jobs (no threshold was set on them): from the recording's start and
+    every 3 s of the job, no baseline is more than 5% off the mean true iteration time over its own windows (the
+    issue's bar; one start of gpt_64_p50 is 3.05% off, see docs/jitter.md), and the steady one resolves within 2%
+    from every start (scripts/bench_jitter.py --set real reports how many jittery starts resolve)."""
+    steady = folder.name == "resnet_512"
+    for start in start_times(folder, step_s=3.0):
+        outcome = profile_replay(folder, start, predictor)
+        err = outcome.window_error
+        assert outcome.conclusion != "baseline" or (err is not None and abs(err) <= 0.05), (outcome.events, err)
+        if steady and outcome.phase is not None and verdict(outcome) != "cut":
+            assert verdict(outcome) == "ok", outcome.events
+        assert outcome.clock_writes == 0
+
+
 @pytest.mark.parametrize(("folder", "from_s"), [(SHARED / "resnet_128_20", 12.0), (LIVE / "resnet_128_20", 1.0)])
 def test_the_host_stall_job_gets_a_baseline_from_every_start(folder: Path, from_s: float, predictor: Predictor) -> None:
     """Looped recorded stretches of the 50 ms job with a host stall (the shared trace's last 9 s, where its
