@@ -142,7 +142,7 @@ def main() -> None:
                     if args.rows:
                         err = "" if o.window_error is None else f"{o.window_error * 100:+.2f}%"
                         print(f"{spec.name:55s} +{offset:4.1f} s {v:8s} {err:>8s} after {took:5.1f} s", flush=True)
-    print(f"{'set':9s} {'jitter':>6s} {'tail':8s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max")
+    print(f"{'set':9s} {'jitter':>6s} {'tail':16s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max")
     for (which, jitter, tail), tally in sorted(groups.items(), key=lambda kv: (kv[0][0] == "real", str(kv[0]))):
         n = sum(tally.values())
         other = ", ".join(f"{k} {v}" for k, v in sorted(tally.items()) if k not in ("ok", "off>5%"))
@@ -150,7 +150,7 @@ def main() -> None:
         shown = "-" if np.isnan(jitter) else f"{jitter * 100:.0f}%"
         stats = f"{np.median(e):.2f}% / {max(e):.2f}%" if e else "-"
         print(
-            f"{which:9s} {shown:>6s} {tail:8s} {n:6d} {tally['ok']:3d} ({tally['ok'] / n * 100:3.0f}%) "
+            f"{which:9s} {shown:>6s} {tail:16s} {n:6d} {tally['ok']:3d} ({tally['ok'] / n * 100:3.0f}%) "
             f"{tally['off>5%']:6d}  {other or '-'}; {stats}"
         )
 
