@@ -31,6 +31,10 @@ Pipeline; each step is there for something seen on the real H200 traces:
    iteration time over the window, from the unwrapped phase of the power band-passed around the fundamental, with
    checks that keep miscounts and aliases of faster iterations out. Reported with method "count" and the spread of
    single cycle lengths.
+10. No count holds either (long host stalls of varying length: the band-passed phase slips across them): segment
+   the window with a matched template (`_segment_cycles`): each iteration is a compute burst of one learnt waveform
+   followed by a stall at a low level; dynamic programming finds the iteration starts. Reported with method
+   "template".
 Periods below `nyquist_guard * 2 * dt` (44 ms at 50 Hz, 220 ms for 10 Hz polled power) are never reported.
 """
 
@@ -257,8 +261,9 @@ class PeriodEstimate:
     # Relative std of single iteration times in the window, where it was measured (counted cycles, markers): what
     # two windows' mean periods may differ by, by chance, is this over the square root of their cycles.
     spread: float = 0.0
-    # How the signal's period was found: "fold" (one period explains every sub-window) or "count" (cycles of
-    # jittery iterations counted, see _count_cycles); markers: "markers".
+    # How the signal's period was found: "fold" (one period explains every sub-window), "count" (cycles of
+    # jittery iterations counted, see _count_cycles) or "template" (iterations segmented, see _segment_cycles);
+    # markers: "markers".
     method: str = "fold"
 
     @property
