@@ -13,7 +13,11 @@ and gpt_64, at 50-500 ms, uniform and heavy-tailed stalls). Each recorded iterat
 most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|all] [--rows] [--out DIR]
+A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter, held out: no
+threshold was set on them): from the recording's start (the daemon running before the job: the time to the
+baseline counts from the job's first iteration) and from the same 5 offsets after the first iteration.
+
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ import numpy as np
 
 from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
 from gpoeo_rt.bench.replay import profile_replay
+from gpoeo_rt.device.replay import ReplayGPU
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import default_bundle_dirs, select_bundle
+from gpoeo_rt.tracefile import read_iterations
 
 HERE = Path(__file__).resolve().parents[1]
 TRACES = HERE / "data/traces"
@@ -48,6 +54,14 @@ HELD_OUT = (
     (TRACES / "h200/gpt_64", 0, 0.2568),
 )
 MAX_SQUEEZE = 2.0
+# Real jittery jobs (held out): folder -> the jitter class its stalls make (iteration cv in brackets).
+REAL = (
+    (TRACES / "h200-jitter/resnet_512", "steady"),  # 104.1 ms (0.002)
+    (TRACES / "h200-jitter/resnet_256_15-45", "uniform 15-45 ms"),  # 84.8 ms (0.10)
+    (TRACES / "h200-jitter/gpt_64_p50", "pareto"),  # 306.5 ms (0.15)
+    (TRACES / "h200-jitter/resnet_512_0-104", "uniform +-50%"),  # 157.0 ms (0.19)
+    (TRACES / "h200-jitter/gptvar_32", "variable length"),  # 87.0 ms (0.36)
+)
 
 
 def specs(which: str) -> list[JitterSpec]:
@@ -77,9 +91,19 @@ def verdict(conclusion: str, err: float | None, took: float) -> str:
     return "ok" if abs(err) <= 0.02 else "off>2%"
 
 
+def real_starts(folder: Path) -> list[tuple[str, float, float]]:
+    """(label, replay start, the job's first iteration) of one recording: its first sample, then OFFSETS_S after
+    the first iteration."""
+    gpu = ReplayGPU(folder)
+    iterations = read_iterations(folder)
+    assert iterations is not None, folder
+    first = iterations.phases()[0].start_s
+    return [("rec start", gpu.now_s(), first)] + [(f"+{o:4.1f} s", first + o, first + o) for o in OFFSETS_S]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--set", dest="which", default="all", choices=("tuned", "held-out", "all"))
+    ap.add_argument("--set", dest="which", default="all", choices=("tuned", "held-out", "real", "all"))
     ap.add_argument("--rows", action="store_true")
     ap.add_argument("--out", type=Path, help="where to write the synthetic traces (default: a temporary folder)")
     args = ap.parse_args()
@@ -89,7 +113,20 @@ def main() -> None:
     errors: dict[tuple[str, float, str], list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
-        for which in ("tuned", "held-out") if args.which == "all" else (args.which,):
+        sets = ("tuned", "held-out", "real") if args.which == "all" else (args.which,)
+        for folder, kind in REAL if "real" in sets else ():
+            for label, start, zero in real_starts(folder):
+                o = profile_replay(folder, start, predictor, max_steps=60)
+                took = o.concluded_s - zero
+                v = verdict(o.conclusion, o.window_error, took)
+                key = ("real", float(np.nan), f"{folder.name}")
+                groups[key][v] += 1
+                if o.window_error is not None:
+                    errors[key].append(abs(o.window_error) * 100)
+                if args.rows:
+                    err = "" if o.window_error is None else f"{o.window_error * 100:+.2f}%"
+                    print(f"{folder.name:25s} {kind:17s} {label:9s} {v:8s} {err:>8s} after {took:5.1f} s", flush=True)
+        for which in (w for w in sets if w != "real"):
             for spec in specs(which):
                 folder = root / spec.name
                 make_jittered_trace(spec, folder)
@@ -105,14 +142,15 @@ def main() -> None:
                     if args.rows:
                         err = "" if o.window_error is None else f"{o.window_error * 100:+.2f}%"
                         print(f"{spec.name:55s} +{offset:4.1f} s {v:8s} {err:>8s} after {took:5.1f} s", flush=True)
-    print(f"{'set':9s} {'jitter':>6s} {'tail':8s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max")
-    for (which, jitter, tail), tally in sorted(groups.items()):
+    print(f"{'set':9s} {'jitter':>6s} {'tail':16s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max")
+    for (which, jitter, tail), tally in sorted(groups.items(), key=lambda kv: (kv[0][0] == "real", str(kv[0]))):
         n = sum(tally.values())
         other = ", ".join(f"{k} {v}" for k, v in sorted(tally.items()) if k not in ("ok", "off>5%"))
         e = errors[(which, jitter, tail)]
+        shown = "-" if np.isnan(jitter) else f"{jitter * 100:.0f}%"
         stats = f"{np.median(e):.2f}% / {max(e):.2f}%" if e else "-"
         print(
-            f"{which:9s} {jitter * 100:5.0f}% {tail:8s} {n:6d} {tally['ok']:3d} ({tally['ok'] / n * 100:3.0f}%) "
+            f"{which:9s} {shown:>6s} {tail:16s} {n:6d} {tally['ok']:3d} ({tally['ok'] / n * 100:3.0f}%) "
             f"{tally['off>5%']:6d}  {other or '-'}; {stats}"
         )
 

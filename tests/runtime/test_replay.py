@@ -30,9 +30,11 @@ from gpoeo_rt.device import ClockWriteNotAllowedError
 from gpoeo_rt.device.replay import ReplayEndedError, ReplayGPU
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
+from gpoeo_rt.tracefile import read_iterations
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 SHARED, LIVE = TRACES / "h200", TRACES / "h200-live"
+JITTER = TRACES / "h200-jitter"  # real jittery jobs, held out: checked here, never tuned on
 MODELS = Path(__file__).resolve().parents[2] / "models"
 BUFFERED = [
     SHARED / "resnet_512",
@@ -158,6 +160,22 @@ def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predi
         assert outcome.clock_writes == 0
 
 
+@pytest.mark.parametrize("folder", sorted(d for d in JITTER.iterdir() if d.is_dir()), ids=lambda p: p.name)
+def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: Predictor) -> None:
+    """The held-out recordings of real jittery jobs (no threshold was set on them): from the recording's start and
+    every 3 s of the job, no baseline is more than 5% off the mean true iteration time over its own windows (the
+    issue's bar; one start of gpt_64_p50 is 3.05% off, see docs/jitter.md), and the steady one resolves within 2%
+    from every start (scripts/bench_jitter.py --set real reports how many jittery starts resolve)."""
+    steady = folder.name == "resnet_512"
+    for start in start_times(folder, step_s=3.0):
+        outcome = profile_replay(folder, start, predictor)
+        err = outcome.window_error
+        assert outcome.conclusion != "baseline" or (err is not None and abs(err) <= 0.05), (outcome.events, err)
+        if steady and outcome.phase is not None and verdict(outcome) != "cut":
+            assert verdict(outcome) == "ok", outcome.events
+        assert outcome.clock_writes == 0
+
+
 @pytest.mark.parametrize(("folder", "from_s"), [(SHARED / "resnet_128_20", 12.0), (LIVE / "resnet_128_20", 1.0)])
 def test_the_host_stall_job_gets_a_baseline_from_every_start(folder: Path, from_s: float, predictor: Predictor) -> None:
     """Looped recorded stretches of the 50 ms job with a host stall (the shared trace's last 9 s, where its
@@ -227,6 +245,22 @@ def test_replayed_two_phase_trace_gives_the_gpt_period_then_no_period_for_the_ml
     assert all(a.end_s == pytest.approx(b.start_s) for a, b in itertools.pairwise(phases))
 
 
+@pytest.mark.parametrize("folder", sorted(d for d in JITTER.iterdir() if d.is_dir()), ids=lambda p: p.name)
+def test_an_idle_gpu_never_yields_a_baseline(folder: Path, predictor: Predictor) -> None:
+    """Each recording opens on an idle H200 (79 W, SM 345 MHz) whose buffered power carries a 10 Hz artefact
+    that folds as a 100 ms period: the first profiling window took it as a baseline on three of these traces,
+    because the idle check ran only on windows without a period."""
+    iterations = read_iterations(folder)
+    assert iterations is not None
+    first_iteration = iterations.phases()[0].start_s
+    phases = replay_phases(folder, predictor)
+    assert phases[0].conclusion == "idle", phases[0]
+    for ph in phases:
+        if ph.period_s is not None:
+            assert ph.concluded_s is not None and ph.concluded_s > first_iteration, ph
+            assert ph.power_w is not None and ph.power_w > 150.0, ph
+
+
 def _daemon_conclusions(folder: Path, predictor: Predictor) -> list[tuple[str, float | None]]:
     """The decision log of the advise-mode controller run directly on the replay, reduced to its conclusions."""
     gpu = ReplayGPU(folder)
@@ -243,7 +277,7 @@ def _daemon_conclusions(folder: Path, predictor: Predictor) -> list[tuple[str, f
     ]
 
 
-ALL_TRACES = sorted(d for root in (SHARED, LIVE) for d in root.iterdir() if d.is_dir())
+ALL_TRACES = sorted(d for root in (SHARED, LIVE, JITTER) for d in root.iterdir() if d.is_dir())
 
 
 @pytest.mark.parametrize("folder", ALL_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -278,7 +278,7 @@ class DaemonPhase:
     concluded_s: float | None = None
     period_s: float | None = None
     timing: str | None = None  # "signal" (power samples) or "markers"
-    method: str | None = None  # "fold", "count" (jittery iterations) or "markers"
+    method: str | None = None  # "fold", "count" / "template" (jittery iterations) or "markers"
     confidence: float | None = None
     power_w: float | None = None
     reason: str = ""

@@ -148,6 +148,12 @@ def _concat(windows: list[PowerWindow]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([w.t_s for w in windows]), np.concatenate([w.power_w for w in windows])
 
 
+def _evidence(estimate: PeriodEstimate) -> str:
+    """What kind of evidence a window's period is, for pairing windows: a folded period, or iterations counted
+    (by the band-passed phase or a matched template: both count the iterations of a jittery job)."""
+    return "counted" if estimate.method in ("count", "template") else estimate.method
+
+
 class ControllerStoppedError(RuntimeError):
     """step() after stop() or after an error stopped the controller."""
 
@@ -519,7 +525,8 @@ class Controller:
         est = self._estimate([window])
         m = self._reduce(window, est)
         info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing}
-        if not est.ok and self._is_idle(window):
+        # Idle whatever the detector says: an idle H200's buffered power carries a 10 Hz artefact that folds.
+        if self._is_idle(window):
             return self._enter_idle(f"no GPU activity (feat_sm_active < {cfg.idle_sm_active}) while profiling", info)
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
@@ -527,7 +534,7 @@ class Controller:
             # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate. And
             # only by one method: a folded period and a counted one are different evidence (on the 9.8 ms MLP
             # phases, a rare folded alias and a rare counted one could otherwise pair up).
-            same_kind = prev is not None and (prev[0].timing, prev[0].estimate.method) == (m.timing, est.method)
+            same_kind = prev is not None and (prev[0].timing, _evidence(prev[0].estimate)) == (m.timing, _evidence(est))
             if prev is not None and prev[0].period_s is not None and same_kind:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
                 if gap <= self._agreement(prev[0].estimate, est):
@@ -535,6 +542,8 @@ class Controller:
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
             lengthened = self._prof_window_s > cfg.first_window_s  # an earlier window was too short: keep its length
+            # Counted (jittery) iterations need as many in the next window as this one held to be counted again.
+            lengthened |= est.method != "fold"
             self._prof_window_s = max(self._prof_window_s if lengthened else 0.0, self._window_for(est.period_s))
             return self._decide(
                 "period_candidate",

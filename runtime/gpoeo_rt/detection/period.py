@@ -31,6 +31,10 @@ Pipeline; each step is there for something seen on the real H200 traces:
    iteration time over the window, from the unwrapped phase of the power band-passed around the fundamental, with
    checks that keep miscounts and aliases of faster iterations out. Reported with method "count" and the spread of
    single cycle lengths.
+10. No count holds either (long host stalls of varying length: the band-passed phase slips across them): segment
+   the window with a matched template (`_segment_cycles`): each iteration is a compute burst of one learnt waveform
+   followed by a stall at a low level; dynamic programming finds the iteration starts. Reported with method
+   "template".
 Periods below `nyquist_guard * 2 * dt` (44 ms at 50 Hz, 220 ms for 10 Hz polled power) are never reported.
 """
 
@@ -160,6 +164,33 @@ class DetectorConfig:
     count_clean_spread: float = 0.08
     count_max_band_share: float = 0.8
     count_max_wander: float = 0.6
+    # When no band-passed count passes, a matched template segments the window (see _segment_count): iterations
+    # are a compute burst of one waveform followed by a stall of any length, the best segmentation (dynamic
+    # programming on a template_grid_s grid, each boundary costing template_penalty x the residual variance per
+    # sample, so that splitting an iteration must pay for itself) counts them. Run from the candidate period
+    # scaled by template_starts; the best fit must explain template_min_r2 of the variance, and another start
+    # must reach a fit within 0.1 of it and a period within template_agreement (a count that depends on where it
+    # started is no count). Set on the tuning jobs (docs/jitter.md).
+    template_grid_s: float = 0.004
+    template_penalty: float = 8.0
+    template_starts: tuple[float, ...] = (0.85, 1.0, 1.15)
+    template_min_r2: float = 0.7
+    template_agreement: float = 0.01
+    template_rounds: int = 3
+    # Iterations a segmented window must hold (fewer: a window that would is suggested): on the tuning jobs'
+    # +-30-50% windows, 15-30 iterations came out up to 5% off (rms 1.6-1.8%), 30-60 within 1.2% (rms 0.4%).
+    template_min_cycles: int = 30
+    # What tells a job with host stalls from the alias of faster iterations that wander (22-40 ms at 50 Hz
+    # segment as well, with r2 0.7-0.97): a stall is a drop well below the compute power (mean of the template
+    # - the stall level, in stds of the samples: the tuning jobs 1.5-2.4, aliases mostly under 1.4), stalls
+    # vary from one iteration to the next independently (the wander of segment lengths, as for counts: tuning
+    # jobs <= 0.49, aliases mostly 0.5-0.9), and by more than near-periodic jobs do (which fold or count).
+    template_min_depth: float = 1.4
+    template_max_wander: float = 0.55
+    template_min_spread: float = 0.12
+    # Segments alternating long / short are a longer iteration split in two (a 500 ms pulse job segments at
+    # 252 ms): consecutive lengths then anti-correlate (tuning jobs >= -0.32).
+    template_min_lag1: float = -0.5
 
 
 @dataclass(frozen=True)
@@ -230,8 +261,9 @@ class PeriodEstimate:
     # Relative std of single iteration times in the window, where it was measured (counted cycles, markers): what
     # two windows' mean periods may differ by, by chance, is this over the square root of their cycles.
     spread: float = 0.0
-    # How the signal's period was found: "fold" (one period explains every sub-window) or "count" (cycles of
-    # jittery iterations counted, see _count_cycles); markers: "markers".
+    # How the signal's period was found: "fold" (one period explains every sub-window), "count" (cycles of
+    # jittery iterations counted, see _count_cycles) or "template" (iterations segmented, see _segment_cycles);
+    # markers: "markers".
     method: str = "fold"
 
     @property
@@ -1083,12 +1115,7 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | 
     lengths = np.diff(crossings)
     spread = float(lengths.std() / lengths.mean()) if len(lengths) >= 3 and lengths.mean() > 0 else math.inf
     # How much cycle lengths wander (each against the mean of the 8 around it) versus how much they vary.
-    dev = lengths - lengths.mean()
-    wander = (
-        float(np.convolve(dev, np.ones(8) / 8, mode="valid").std() / max(float(dev.std()), 1e-12))
-        if len(lengths) >= 16
-        else 0.0
-    )
+    wander = _wander(lengths)
     # Fold on the counted phase: least squares on its first 4 harmonics.
     ph = phase[core]
     yc = y[core] - y[core].mean()
@@ -1109,6 +1136,18 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | 
         for a, b in itertools.pairwise(quarters)
     )
     return _Count(mean_period, cycles, band_share, slips, spread, phase_r2, harmonic_r2, subs, wander)
+
+
+# A count rejected for one of these looks like the alias of faster iterations: no template segmentation from it.
+_ALIAS_SIGNS = ("a clean fold", "a near-sinusoidal", "cycle lengths wander")
+
+
+def _wander(lengths: FloatArray) -> float:
+    """How much cycle lengths wander (each against the mean of the 8 around it) versus how much they vary."""
+    if len(lengths) < 16:
+        return 0.0
+    dev = lengths - lengths.mean()
+    return float(np.convolve(dev, np.ones(8) / 8, mode="valid").std() / max(float(dev.std()), 1e-12))
 
 
 def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig) -> PeriodEstimate:
@@ -1149,6 +1188,7 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
         starts.add(round(lag * dt, 6))
     passed: list[_Count] = []
     rejected: list[str] = []
+    counted: list[_Count] = []
     for period in sorted(starts):
         if not t_lo <= period <= t_hi:
             continue
@@ -1156,13 +1196,15 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
         if c is None:
             continue
         problems = _count_problems(c, t_lo, t_hi, cfg)
+        if not any(p.startswith(_ALIAS_SIGNS) for p in problems):
+            counted.append(c)
         if problems:
             rejected.append(f"{c.period * 1e3:.1f} ms ({', '.join(problems)})")
         else:
             passed.append(c)
     if not passed:
         why = "; counting cycles found none: " + ("; ".join(rejected[:3]) if rejected else "no candidate")
-        return replace(failed, message=failed.message + why)
+        return _segment_cycles(y, dt, counted, replace(failed, message=failed.message + why), t_lo, t_hi, cfg)
     best = max(c.phase_r2 for c in passed)
     c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
@@ -1271,6 +1313,249 @@ def _count_problems(c: _Count, t_lo: float, t_hi: float, cfg: DetectorConfig) ->
         (c.agreement > cfg.count_agreement, f"counts at two band centres differ by {c.agreement * 100:.1f}%"),
     ]
     return [why for bad, why in checks if bad]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Matched-template segmentation: iterations with long, varying host stalls
+
+
+@dataclass(frozen=True)
+class _Segmentation:
+    period: float  # mean iteration time between the first and last iteration starts found
+    cycles: int
+    r2: float  # variance explained by the template-and-stall model (boundary penalties left out)
+    spread: float  # relative std of the segment lengths
+    sub_periods: tuple[float, ...]
+    wander: float = 0.0  # std of 8-segment means / std of single segments (independent stalls: ~0.35)
+    lag1: float = 0.0  # correlation of consecutive segment lengths (independent stalls: ~0)
+    depth: float = 0.0  # (mean of the template - stall level) / std of the samples
+    stall_share: float = 0.0  # share of the samples in stalls (after the template)
+    stall_noise: float = 0.0  # mean squared deviation of stall samples from the stall level / variance
+
+
+def _initial_boundaries(y: FloatArray, dt: float, period: float) -> FloatArray:
+    """Iteration starts to learn a first template from: where the phase of y band-passed near `period` crosses
+    the phase of the steepest rise of the waveform folded on it (a compute burst starting after a stall)."""
+    n = len(y)
+    nfft = 1 << math.ceil(math.log2(2 * n))
+    f = np.fft.fftfreq(nfft, dt)
+    f0 = 1.0 / (0.85 * period)
+    gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (0.3 * f0)) ** 4), 0.0)
+    z = np.fft.ifft(np.fft.fft(y - y.mean(), nfft) * gain)[:n]
+    phase = _stall_aware_phase(z, _stalls(y, period / dt))
+    bins = 24
+    which = ((phase % (2.0 * math.pi)) / (2.0 * math.pi) * bins).astype(int) % bins
+    counts = np.bincount(which, minlength=bins)
+    profile = np.bincount(which, weights=y, minlength=bins) / np.maximum(counts, 1)
+    profile = np.where(counts > 0, profile, float(y.mean()))
+    anchor = (int(np.argmax(np.roll(profile, -1) - profile)) + 0.5) / bins * 2.0 * math.pi
+    mono = np.maximum.accumulate(phase)
+    k = np.arange(math.ceil((mono[0] - anchor) / (2 * math.pi)), math.floor((mono[-1] - anchor) / (2 * math.pi)) + 1)
+    return np.asarray(np.interp(anchor + 2.0 * math.pi * k, mono, np.arange(n) * dt), dtype=np.float64)
+
+
+def _template(
+    y: FloatArray, dt: float, starts: FloatArray, compute_s: float, grid_s: float
+) -> tuple[FloatArray, float] | None:
+    """The mean waveform of the first compute_s after each iteration start (on a grid_s grid, lightly smoothed)
+    and the mean level after it (the stall)."""
+    t = np.arange(len(y)) * dt
+    j = np.searchsorted(starts, t, side="right") - 1
+    inside = (j >= 0) & (j < len(starts) - 1)
+    tau, v = t[inside] - starts[j[inside]], y[inside]
+    burst = tau < compute_s
+    if burst.sum() < 8 or (~burst).sum() < 1:
+        return None
+    cells = math.ceil(compute_s / grid_s)
+    k = np.minimum((tau[burst] / grid_s).astype(int), cells - 1)
+    counts = np.bincount(k, minlength=cells)
+    sums = np.bincount(k, weights=v[burst], minlength=cells)
+    x = np.arange(cells)
+    filled = counts > 0
+    g = np.interp(x, x[filled], sums[filled] / counts[filled])
+    g = np.convolve(np.pad(g, 1, mode="edge"), np.ones(3) / 3.0, mode="valid")
+    return np.asarray(g, dtype=np.float64), float(v[~burst].mean())
+
+
+def _best_segmentation(
+    y: FloatArray,
+    dt: float,
+    model: tuple[FloatArray, float],
+    compute_s: float,
+    bounds: tuple[float, float],
+    cfg: DetectorConfig,
+    penalty: float,
+) -> tuple[FloatArray, float]:
+    """Iteration starts (on a template_grid_s grid) minimising the squared residual of y against "template for
+    compute_s, then the stall level until the next start", plus `penalty` per start; and that residual. The first
+    start may fall anywhere in the first longest segment, the last anywhere in the last (dynamic programming)."""
+    g, level = model
+    h = cfg.template_grid_s
+    n = len(y)
+    grid = np.arange(0.0, n * dt, h)
+    first = np.minimum(np.ceil(grid / dt - 1e-9).astype(int), n)
+    dmin, dmax = bounds
+    reach = math.ceil(dmax / dt) + 2
+    k = first[:, None] + np.arange(reach)[None, :]
+    valid = k < n
+    kc = np.minimum(k, n - 1)
+    tau = kc * dt - grid[:, None]
+    pred = np.where(tau < compute_s, g[np.minimum((tau / h).astype(int), len(g) - 1)], level)
+    resid = np.where(valid, (y[kc] - pred) ** 2, 0.0)
+    cum = np.concatenate([np.zeros((len(grid), 1)), np.cumsum(resid, axis=1)], axis=1)
+    steps = np.arange(max(1, round(dmin / h)), round(dmax / h) + 1)
+    lead = np.concatenate([[0.0], np.cumsum((y - y.mean()) ** 2)])
+    best = np.where(grid <= dmax, lead[first], np.inf)
+    back = np.full(len(grid), -1)
+    # A start's cost depends only on starts at least dmin earlier: a block of that many is settled at once.
+    for a in range(0, len(grid), int(steps[0])):
+        js = np.arange(a, min(a + int(steps[0]), len(grid)))
+        js = js[np.isfinite(best[js])]
+        if not len(js):
+            continue
+        nxt = js[:, None] + steps[None, :]
+        inside = nxt < len(grid)
+        nxt_c = np.minimum(nxt, len(grid) - 1)
+        cost = best[js][:, None] + cum[js[:, None], np.minimum(first[nxt_c] - first[js][:, None], reach)] + penalty
+        cost, nxt_f = cost[inside], nxt[inside]
+        src = np.broadcast_to(js[:, None], nxt.shape)[inside]
+        order = np.argsort(cost, kind="stable")
+        targets, pick = np.unique(nxt_f[order], return_index=True)
+        chosen = order[pick]
+        better = cost[chosen] < best[targets]
+        best[targets[better]] = cost[chosen][better]
+        back[targets[better]] = src[chosen][better]
+    tail = cum[np.arange(len(grid)), np.minimum(n - first, reach)]
+    ends = np.flatnonzero(grid >= n * dt - dmax)
+    total = best[ends] + tail[ends]
+    j = int(ends[np.argmin(total)])
+    chain = []
+    while j >= 0:
+        chain.append(grid[j])
+        j = int(back[j])
+    starts = np.asarray(chain[::-1], dtype=np.float64)
+    return starts, float(np.min(total)) - penalty * max(len(starts) - 1, 0)
+
+
+def _segment_from(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Segmentation | None:
+    """Learn the template from band-passed starts near `period`, then alternate: segment with it, learn it again
+    from the segments (template_rounds times)."""
+    starts = _initial_boundaries(y, dt, period)
+    residual = math.nan
+    penalty = 0.0
+    model: tuple[FloatArray, float] | None = None
+    compute_s = math.nan
+    for _ in range(cfg.template_rounds):
+        if len(starts) < 5:
+            return None
+        lengths = np.diff(starts)
+        compute_s = float(np.percentile(lengths, 5))
+        model = _template(y, dt, starts, compute_s, cfg.template_grid_s)
+        if model is None or compute_s <= 0:
+            return None
+        dmax = max(2.5 * float(lengths.mean()), 1.5 * float(lengths.max()))
+        starts, residual = _best_segmentation(y, dt, model, compute_s, (0.8 * compute_s, dmax), cfg, penalty)
+        penalty = cfg.template_penalty * residual / len(y)
+    if len(starts) < 4:
+        return None
+    lengths = np.diff(starts)
+    quarters = np.array_split(lengths, 4)
+    return _Segmentation(
+        period=float((starts[-1] - starts[0]) / (len(starts) - 1)),
+        cycles=len(starts) - 1,
+        r2=1.0 - residual / float(len(y) * y.var()),
+        spread=float(lengths.std() / lengths.mean()),
+        sub_periods=tuple(float(q.mean()) for q in quarters if len(q)),
+        wander=_wander(lengths),
+        lag1=float(np.corrcoef(lengths[:-1], lengths[1:])[0, 1]) if len(lengths) >= 8 and lengths.std() > 0 else 0.0,
+        depth=(float(model[0].mean()) - model[1]) / float(y.std()) if model is not None else 0.0,
+        stall_share=float(np.clip(1.0 - compute_s / lengths.mean(), 0.0, 1.0)),
+        stall_noise=_stall_noise(y, dt, starts, compute_s, model[1]) if model is not None else math.inf,
+    )
+
+
+def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float, level: float) -> float:
+    t = np.arange(len(y)) * dt
+    j = np.searchsorted(starts, t, side="right") - 1
+    inside = (j >= 0) & (j < len(starts) - 1)
+    stalled = np.zeros(len(y), dtype=bool)
+    stalled[inside] = t[inside] - starts[j[inside]] >= compute_s
+    if stalled.sum() < 4 or y.var() <= 0:
+        return math.inf
+    return float(np.mean((y[stalled] - level) ** 2) / y.var())
+
+
+def _segment_count(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Segmentation | None:
+    """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees."""
+    runs = [r for k in cfg.template_starts if (r := _segment_from(y, dt, k * period, cfg)) is not None]
+    if not runs:
+        return None
+    best = max(runs, key=lambda r: r.r2)
+    support = [r for r in runs if r.r2 >= best.r2 - 0.1 and abs(r.period / best.period - 1.0) <= cfg.template_agreement]
+    trusted = (
+        best.r2 >= cfg.template_min_r2
+        and len(support) >= 2
+        and best.depth >= cfg.template_min_depth
+        and best.wander <= cfg.template_max_wander
+        and best.spread >= cfg.template_min_spread
+        and best.lag1 >= cfg.template_min_lag1
+    )
+    return best if trusted else None
+
+
+def _segment_cycles(
+    y: FloatArray,
+    dt: float,
+    counted: list[_Count],
+    failed: PeriodEstimate,
+    t_lo: float,
+    t_hi: float,
+    cfg: DetectorConfig,
+) -> PeriodEstimate:
+    """Template segmentation at the periods the band-passed counts found (rejected ones too: a count a few %
+    off still says where the iterations are, unless it looks like an alias), the two that fold best on their
+    counted phase."""
+    candidates: list[float] = []
+    for c in sorted(counted, key=lambda c: -c.phase_r2):
+        if all(abs(c.period / p - 1.0) > 0.05 for p in candidates):
+            candidates.append(c.period)
+    found = [
+        s
+        for p in candidates[:2]
+        if (s := _segment_count(y, dt, p, cfg)) is not None and t_lo <= s.period <= t_hi and s.cycles >= 8
+    ]
+    if not found:
+        return replace(failed, message=failed.message + "; no template segmentation holds")
+    top = max(s.r2 for s in found)
+    s = min((s for s in found if s.r2 >= 0.95 * top), key=lambda s: s.period)
+    if s.cycles < cfg.template_min_cycles:
+        need_s = 1.2 * cfg.template_min_cycles * s.period
+        return replace(
+            failed,
+            message=(
+                f"{failed.message}; a matched template segments {s.cycles} iterations of {s.period * 1e3:.1f} ms, "
+                f"fewer than the {cfg.template_min_cycles} it needs: measure at least {need_s:.1f} s"
+            ),
+            # (not a fold's guess at a long period: the template has found the iterations)
+            suggested_window_s=need_s,
+        )
+    conf = min(1.0, s.r2) * max(0.0, 1.0 - s.spread) * 0.8
+    return replace(
+        failed,
+        period_s=s.period,
+        confidence=float(np.clip(conf, 0.0, 1.0)),
+        verdict=Verdict.OK,
+        message=(
+            f"mean period {s.period * 1e3:.2f} ms, segmented by a matched template ({s.cycles} iterations, "
+            f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}; {failed.message})"
+        ),
+        fold_r2=s.r2,
+        sub_periods_s=s.sub_periods,
+        sub_fold_r2=(),
+        suggested_window_s=None,
+        spread=s.spread,
+        method="template",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
