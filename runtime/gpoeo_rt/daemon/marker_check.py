@@ -36,7 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from gpoeo_rt.daemon.markers import GPUMarkerSource
-from gpoeo_rt.detection import detect_period, period_from_markers
+from gpoeo_rt.detection import PeriodEstimate, detect_period, period_from_markers
 from gpoeo_rt.device.base import GPUReader
 from gpoeo_rt.sampling.markers import FloatArray, IntArray, MarkerSource
 from gpoeo_rt.sampling.sampler import PowerWindow, Sampler
@@ -63,8 +63,10 @@ def marker_agreement(
     min_intervals: int = 10,
     min_coverage: float = 0.75,
     max_period_s: float = 10.0,
+    signal: PeriodEstimate | None = None,
 ) -> tuple[int, str]:
-    """(CONFIRMED | MULTIPLE | UNCHECKED | CONTRADICTED, why) for these markers against the window's signal."""
+    """(CONFIRMED | MULTIPLE | UNCHECKED | CONTRADICTED, why) for these markers against the window's signal.
+    `signal`: the window's own period estimate when the caller has it (detected here otherwise)."""
     marked = period_from_markers(
         t_s,
         seq,
@@ -79,7 +81,8 @@ def marker_agreement(
     dt = float(np.median(np.diff(window.t_s)))
     if not math.isfinite(dt) or dt <= 0:
         return UNCHECKED, "no sample interval"
-    signal = detect_period(window.t_s, window.power_w, max_period_s=max_period_s)
+    if signal is None:
+        signal = detect_period(window.t_s, window.power_w, max_period_s=max_period_s)
     if not signal.ok or signal.period_s is None:
         return UNCHECKED, "the power signal resolves no period"
     if marked.period_s < 2.0 * dt:
@@ -103,11 +106,19 @@ def marker_disagreement(window: PowerWindow, t_s: FloatArray, seq: IntArray, **c
     return why if verdict in (CONTRADICTED, ALIAS_MISS) else None
 
 
+def _span_period(t_s: FloatArray, seq: IntArray) -> float | None:
+    """A sender's mean step time over its markers' span (None with fewer than two distinct steps)."""
+    if len(t_s) < 2 or seq[-1] <= seq[0]:
+        return None
+    return float((t_s[-1] - t_s[0]) / float(seq[-1] - seq[0]))
+
+
 def _off_signal(signal_s: float | None, t_s: FloatArray, seq: IntArray) -> float:
     """How far a sender's marked period is from the power signal's period (relative; inf when either is missing)."""
-    if signal_s is None or len(t_s) < 2 or seq[-1] <= seq[0]:
+    marked = _span_period(t_s, seq)
+    if signal_s is None or marked is None:
         return math.inf
-    return abs((t_s[-1] - t_s[0]) / float(seq[-1] - seq[0]) / signal_s - 1.0)
+    return abs(marked / signal_s - 1.0)
 
 
 def _alias_agreement(marker_s: float, signal_s: float, dt_s: float, tolerance: float) -> tuple[int, str]:
@@ -170,9 +181,12 @@ class CheckedSampler(Sampler):
         window = super().collect(window_s)
         graded = []
         missed = False  # a fast sender's alias was missing from the signal in this window
-        for order, (pid, t_s, seq) in enumerate(self._candidates(window.start_s, window.end_s)):
-            if pid is not None and pid in self.distrusted:
-                continue
+        senders = [c for c in self._candidates(window.start_s, window.end_s) if c[0] not in self.distrusted]
+        if not senders:
+            return window
+        # The window's own period, detected once for every sender's check.
+        signal = detect_period(window.t_s, window.power_w, max_period_s=self._max_period_s)
+        for order, (pid, t_s, seq) in enumerate(senders):
             verdict, why = marker_agreement(
                 window,
                 t_s,
@@ -181,6 +195,7 @@ class CheckedSampler(Sampler):
                 min_intervals=self._min_intervals,
                 min_coverage=self._min_coverage,
                 max_period_s=self._max_period_s,
+                signal=signal,
             )
             if verdict in (CONTRADICTED, ALIAS_MISS):
                 self._drop(pid if verdict == CONTRADICTED else None, why, sender=pid)
@@ -200,8 +215,7 @@ class CheckedSampler(Sampler):
             # Several senders the signal confirms (each within the tolerance): the one nearest to the signal's own
             # period times the window, so that an imitator within 2% cannot shift the job's baseline or hide its
             # slowdown (the signal's period is good to ~0.3% over a window).
-            signal = detect_period(window.t_s, window.power_w, max_period_s=self._max_period_s).period_s
-            chosen = min(tied, key=lambda g: _off_signal(signal, g[4], g[5]))
+            chosen = min(tied, key=lambda g: _off_signal(signal.period_s, g[4], g[5]))
         elif (chosen[3] != self._last_sender or best_class == UNCHECKED) and not self._same_period(tied):
             # Senders that agree equally well with the GPU but not with each other: the signal cannot arbitrate, so
             # none of them times this window. The previous window's sender keeps it only where the signal vouches
@@ -214,11 +228,7 @@ class CheckedSampler(Sampler):
 
     def _same_period(self, graded: list[tuple[int, bool, int, int | None, FloatArray, IntArray]]) -> bool:
         """Whether these senders mark one period (within the tolerance): one job seen twice, not two stories."""
-        periods = [
-            (t_s[-1] - t_s[0]) / float(seq[-1] - seq[0])
-            for _, _, _, _, t_s, seq in graded
-            if len(t_s) >= 2 and seq[-1] > seq[0]
-        ]
+        periods = [p for *_, t_s, seq in graded if (p := _span_period(t_s, seq)) is not None]
         return all(abs(p / periods[0] - 1.0) <= self._tolerance for p in periods[1:])
 
     def _drop(self, pid: int | None, why: str, *, sender: int | None = None) -> None:

@@ -1208,22 +1208,36 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
     best = max(c.phase_r2 for c in passed)
     c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
+    message = (
+        f"mean period {c.period * 1e3:.2f} ms, counted ({c.cycles:.0f} cycles, jittery: single cycles spread "
+        f"{c.spread * 100:.0f}%, fold on the counted phase r2 {c.phase_r2:.2f}; no period folds: {failed.message})"
+    )
+    return _mean_period(failed, c.period, conf, c.phase_r2, c.sub_periods, c.spread, "count", message)
+
+
+def _mean_period(
+    failed: PeriodEstimate,
+    period: float,
+    confidence: float,
+    fit_r2: float,
+    sub_periods: tuple[float, ...],
+    spread: float,
+    method: str,
+    message: str,
+) -> PeriodEstimate:
+    """A jittery window's mean iteration time (counted or segmented), replacing the failed fold's estimate."""
     return replace(
         failed,
-        period_s=c.period,
-        confidence=float(np.clip(conf, 0.0, 1.0)),
+        period_s=period,
+        confidence=float(np.clip(confidence, 0.0, 1.0)),
         verdict=Verdict.OK,
-        message=(
-            f"mean period {c.period * 1e3:.2f} ms, counted ({c.cycles:.0f} cycles, jittery: single cycles spread "
-            f"{c.spread * 100:.0f}%, fold on the counted phase r2 {c.phase_r2:.2f}; no period folds: "
-            f"{failed.message})"
-        ),
-        fold_r2=c.phase_r2,
-        sub_periods_s=c.sub_periods,
+        message=message,
+        fold_r2=fit_r2,
+        sub_periods_s=sub_periods,
         sub_fold_r2=(),
         suggested_window_s=None,
-        spread=c.spread,
-        method="count",
+        spread=spread,
+        method=method,
     )
 
 
@@ -1540,22 +1554,11 @@ def _segment_cycles(
             suggested_window_s=need_s,
         )
     conf = min(1.0, s.r2) * max(0.0, 1.0 - s.spread) * 0.8
-    return replace(
-        failed,
-        period_s=s.period,
-        confidence=float(np.clip(conf, 0.0, 1.0)),
-        verdict=Verdict.OK,
-        message=(
-            f"mean period {s.period * 1e3:.2f} ms, segmented by a matched template ({s.cycles} iterations, "
-            f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}; {failed.message})"
-        ),
-        fold_r2=s.r2,
-        sub_periods_s=s.sub_periods,
-        sub_fold_r2=(),
-        suggested_window_s=None,
-        spread=s.spread,
-        method="template",
+    message = (
+        f"mean period {s.period * 1e3:.2f} ms, segmented by a matched template ({s.cycles} iterations, "
+        f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}; {failed.message})"
     )
+    return _mean_period(failed, s.period, conf, s.r2, s.sub_periods, s.spread, "template", message)
 
 
 # --------------------------------------------------------------------------------------------------------------

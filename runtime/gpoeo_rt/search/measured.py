@@ -128,7 +128,8 @@ class MeasuredSearch:
             return None
         time_ratio, energy_ratio, weight = self._belief()
         values = self._values(time_ratio, energy_ratio)
-        values[self._known_over_bound()] = np.inf
+        over_bound = self._known_over_bound()
+        values[over_bound] = np.inf
         best = self.best()
         best_value = self._value_of(best)
         candidates: list[tuple[float, int]] = []  # (expected gain, index); forced probes get +inf
@@ -145,7 +146,6 @@ class MeasuredSearch:
         # config's SM clock (the nearest on that line): the probe isolates the memory clock's own effect, and the
         # search moves to that line when it wins.
         ref_mem = float(self.mem_clock_mhz[self.ref_index])
-        over_bound = self._known_over_bound()
         for mem in sorted(self._mems.tolist(), key=lambda m: abs(m - ref_mem)):
             if mem in self._visited_mem:
                 continue
