@@ -253,8 +253,7 @@ class Controller:
         self._fallback_reason: str | None = None
         self._held_predicted_time_ratio: float | None = None
         # Drift checks (see ControllerConfig.drift_check_s): the baseline they were scheduled for, when the
-        # reference was last measured, the longest wait for the next check, and the held config's power in the
-        # first hold window after it and in the latest (the witness of warm-up between checks).
+        # reference was last measured, and the longest wait for the next check.
         self._drift_for: Baseline | None = None
         self._drift_since_s = -math.inf
         self._drift_interval_s = self.config.max_drift_check_s
