@@ -410,6 +410,27 @@ def test_a_config_measured_faster_than_reference_on_the_power_signal_is_never_he
     assert controller._confirmed_best() == (false_fast, "")
 
 
+def test_drift_checks_come_when_the_held_power_moves_not_on_a_clock() -> None:
+    """The held config's power (the energy counter between hold windows) warms with the GPU: a GPU that does not
+    warm up gets no drift check until max_drift_check_s after the last window at reference; one that warms 3%
+    gets its checks while it warms, and fewer than a check every drift_check_s doubling only on quiet checks."""
+    cfg = ControllerConfig(policy=Policy.SEARCH)
+    steady = SimulatedGPU(preset_workload("membound"), seed=4, allow_clock_writes=True, config=SimConfig(drift_frac=0))
+    controller = Controller(steady, config=cfg)
+    controller.run(1200.0)
+    held_at = next(d.t_s for d in controller.decisions if d.event == "converged")
+    checks = [d.t_s for d in controller.decisions if d.event == "drift_check"]
+    assert checks and checks[0] >= held_at + cfg.max_drift_check_s  # nothing moved: only the longest wait
+    assert len(checks) <= 2
+    warming = SimulatedGPU(preset_workload("membound"), seed=4, allow_clock_writes=True)
+    controller = Controller(warming, config=cfg)
+    controller.run(1200.0)
+    held_at = next(d.t_s for d in controller.decisions if d.event == "converged")
+    checks = [d.t_s for d in controller.decisions if d.event == "drift_check"]
+    assert checks and checks[0] < held_at + 240.0  # the warm-up shows in the held power within minutes
+    assert 2 <= len(checks) <= 6
+
+
 def test_drift_checks_keep_the_baseline_power_of_a_warming_gpu() -> None:
     """A GPU that warms up 3% (the simulator's stress case): the drift checks at reference follow it, so the held
     config's energy ratio stays the true one instead of growing with the warm-up; their cadence slows as the drift

@@ -61,6 +61,8 @@ LogSink = Callable[[dict[str, object]], None]
 Clocks = tuple[int, int]
 # A decision logs the energy counter only when the latest reading ends its own window (a few ms before it).
 _COUNTER_FRESH_S = 0.5
+# Drift checks: the held config's power is compared over spans this long (two hold intervals at the longest).
+_DRIFT_SPAN_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,14 @@ class ControllerConfig:
     phase_period_tol: float = 0.03
     phase_power_tol: float = 0.06
     phase_counter_tol: float = 0.05
-    # Drift checks: while a locked config is held, a short window at reference clocks now and then refreshes the
-    # baseline power, so ratios are against a baseline of the same thermal state (a GPU draws more as it warms:
-    # +0.4% over 3.5 min on a real H200, 3% in the simulator's stress case; docs/accounting.md). The first comes
-    # drift_check_s into the hold; the interval doubles while a check finds less drift than drift_noise, up to
-    # max_drift_check_s. Each check costs its window (drift_window_periods periods, at least min_window_s) at
-    # reference, logged as `drift_check`. 0 turns them off.
+    # Drift checks: while a locked config is held, a short window at reference clocks refreshes the baseline power,
+    # so ratios are against a baseline of the same thermal state (a GPU draws more as it warms: +0.4% over 3.5 min
+    # on a real H200, 3% in the simulator's stress case; docs/accounting.md). The held config's own power, measured
+    # in every hold window, warms with the same GPU: a check is due only when it has moved more than drift_noise
+    # since the last window at reference (so the reference may have too), no sooner than drift_check_s after it;
+    # and, whatever the held power says, max_drift_check_s after it (doubling while checks find no drift). Each
+    # check costs its window (drift_window_periods periods, at least min_window_s) at reference, logged as
+    # `drift_check`. 0 turns them off.
     drift_check_s: float = 30.0
     max_drift_check_s: float = 480.0
     drift_noise: float = 0.005
@@ -248,10 +252,15 @@ class Controller:
         self._hold_window_s: float | None = None
         self._fallback_reason: str | None = None
         self._held_predicted_time_ratio: float | None = None
-        # Drift checks (see ControllerConfig.drift_check_s): the baseline they were scheduled for, and when.
+        # Drift checks (see ControllerConfig.drift_check_s): the baseline they were scheduled for, when the
+        # reference was last measured, and the longest wait for the next check.
         self._drift_for: Baseline | None = None
-        self._drift_interval_s = self.config.drift_check_s
-        self._next_drift_s = math.inf
+        self._drift_since_s = -math.inf
+        self._drift_interval_s = self.config.max_drift_check_s
+        # The latest hold window (baseline, clocks, time, energy-counter reading) and the held power since
+        # (power, seconds) between hold windows since the last window at reference.
+        self._held_counter: tuple[Baseline | None, Clocks | None, float, tuple[float, float] | None] | None = None
+        self._held_power: list[tuple[float, float]] = []
         # The first step resets the clocks: a lock left behind by another process must not pose as the reference.
         self._reset_pending = not self.config.advise
         self._started = False  # the first step logs a "start" decision: a run boundary in the decision log
@@ -913,17 +922,55 @@ class Controller:
 
     def _drift_due(self) -> bool:
         """A drift check is due now: a locked config held and confirmed (a phase-change reference taken), nothing
-        suspected. The schedule starts with each new baseline."""
+        suspected, and its power moved beyond the noise since the reference was last measured (or that was
+        long ago). The schedule starts with each new baseline."""
         cfg = self.config
         if cfg.advise or cfg.drift_check_s <= 0 or self._held is None or self._baseline is None:
             return False
         if self._fallback_reason is not None or self._suspect_change or self._hold_ref is None:
             return False
+        now = self._now()
         if self._drift_for is not self._baseline:
             self._drift_for = self._baseline
-            self._drift_interval_s = cfg.drift_check_s
-            self._next_drift_s = self._now() + cfg.drift_check_s
-        return self._now() >= self._next_drift_s
+            self._drift_since_s = now
+            self._drift_interval_s = cfg.max_drift_check_s
+        if now - self._drift_since_s < cfg.drift_check_s:
+            return False
+        moved = abs(self._held_drift()) > cfg.drift_noise
+        return moved or now - self._drift_since_s >= self._drift_interval_s
+
+    def _note_held_power(self, window_power_w: float) -> None:
+        """After a trusted hold window: the held config's power over the time since the previous hold window at
+        the same clocks and baseline, from the energy counter (else this window's power), kept for _held_drift."""
+        reading = self._sampler.energy_reading
+        last, self._held_counter = self._held_counter, (self._baseline, self._held, self._now(), reading)
+        if last is None or last[0] is not self._baseline or last[1] != self._held:
+            self._held_power = []  # the time since the last hold window was not all at the held config
+            return
+        duration_s = self._now() - last[2]
+        power_w = window_power_w
+        if reading is not None and last[3] is not None and reading[0] > last[3][0]:
+            power_w = (reading[1] - last[3][1]) / (reading[0] - last[3][0])
+        if duration_s > 0.0 and math.isfinite(power_w) and power_w > 0.0:
+            self._held_power.append((power_w, duration_s))
+
+    def _held_drift(self) -> float:
+        """How far the held config's power moved since the last window at reference: its mean over the latest
+        _DRIFT_SPAN_S against its mean over the first (0 until that much was seen). Long spans, because the
+        energy counter refreshes every ~100 ms: a 30 s difference of two readings is uncertain by ~0.3%."""
+        spans = self._held_power
+        if sum(w for _, w in spans) < _DRIFT_SPAN_S:
+            return 0.0
+
+        def mean(parts: list[tuple[float, float]]) -> float:
+            total = weight = 0.0
+            for power_w, w in parts:
+                total, weight = total + power_w * w, weight + w
+                if weight >= _DRIFT_SPAN_S:
+                    break
+            return total / weight
+
+        return mean(spans[::-1]) / mean(spans) - 1.0
 
     def _drift_check(self) -> Decision:
         """A short window at reference clocks: its power becomes the baseline's (the period is kept: it drifts far
@@ -941,13 +988,14 @@ class Controller:
         if self._phase is not None:
             self.phases[self._phase] = replace(self.phases[self._phase], baseline=self._baseline)
         if abs(drift) <= cfg.drift_noise:
-            self._drift_interval_s = min(2.0 * self._drift_interval_s, cfg.max_drift_check_s)
-        self._next_drift_s = self._now() + self._drift_interval_s
+            self._drift_interval_s = 2.0 * self._drift_interval_s
+        self._drift_since_s = self._now()
         return self._decide(
             "drift_check",
             State.HOLDING,
             f"reference power {power:.1f} W ({drift * 100:+.2f}% since the last baseline): baseline refreshed; "
-            f"back to {held} MHz, next drift check in {self._drift_interval_s:g} s",
+            f"back to {held} MHz; next check when its power moves {cfg.drift_noise * 100:g}% "
+            f"or in {self._drift_interval_s:g} s",
             window_s=window.duration_s,
             power_w=power,
         )
@@ -1033,6 +1081,7 @@ class Controller:
         if self._hold_ref is None:
             self._hold_ref = est
         assert m.period_s is not None
+        self._note_held_power(m.power_w)
         time_ratio = self._baseline.time_ratio(m.period_s)
         limit = self._time_limit()
         if cfg.policy is not Policy.PREDICTION and time_ratio > limit + cfg.guard_margin:
