@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from gpoeo_rt.bench.harness import JobTruth, decided_clock_changes, score_job
+from gpoeo_rt.bench.harness import JobTruth, decided_clock_changes, score_job, score_parts
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.device import SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
@@ -45,6 +45,16 @@ def _gpu(schedule: list[tuple[float, str]], seed: int, job_s: float, drift_frac:
     return SimulatedGPU(jobs if len(jobs) > 1 else jobs[0][1], seed=seed, allow_clock_writes=True, config=config)  # type: ignore[arg-type]
 
 
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else 100.0 * fraction
+
+
+def _errors(rows: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
+    """Mean and worst of claimed minus true `key` (points) over the rows where both are known."""
+    diffs = [r["claimed_" + key] - r[key] for r in rows if r["claimed_" + key] is not None and r[key] is not None]
+    return (statistics.mean(diffs), max(diffs, key=abs)) if diffs else (None, None)
+
+
 def run_job(
     name: str, schedule: list[tuple[float, str]], *, markers: bool, seed: int, job_s: float, drift_frac: float,
     predictor: Predictor, max_slowdown: float,
@@ -57,10 +67,12 @@ def run_job(
         gpu, predictor=predictor, config=ControllerConfig(max_slowdown=max_slowdown), markers=source
     )
     controller.run(job_s)
-    meter = SavingsMeter()
+    meter = SavingsMeter(keep_intervals=True)
     for decision in controller.decisions:
         meter.feed(decision.to_dict())
     truth = score_job(JobTruth(gpu), JobTruth(base), decided_clock_changes(controller), controller.reference, job_s)
+    parts = score_parts(JobTruth(gpu), JobTruth(base), meter.intervals, job_s)
+    split = meter.split()
     claimed_saving, claimed_slowdown = meter.saving_pct, meter.slowdown_pct
     return {
         "job": name,
@@ -70,6 +82,11 @@ def run_job(
         "slowdown_pct": 100 * truth["slowdown"],
         "claimed_saving_pct": claimed_saving,
         "claimed_slowdown_pct": claimed_slowdown,
+        # The two parts of the saving (accounting.SavingsMeter.split) and their truth over the same seconds.
+        "held_saving_pct": _pct(parts["held_saving"]),
+        "claimed_held_saving_pct": split["held_saving_pct"],
+        "exploration_cost_pct": _pct(parts["exploration_cost"]),
+        "claimed_exploration_cost_pct": split["exploration_cost_pct"],
         "at_reference": truth["final_clocks"] == controller.reference and len(controller.phases) <= 1,
         "verdict": meter.verdict(),
         # Over the bound while the report says "within" it (its claim beyond the claim's noise below the bound), and
@@ -87,6 +104,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     saving = [r["claimed_saving_pct"] - r["saving_pct"] for r in ok]
     slowdown = [r["claimed_slowdown_pct"] - r["slowdown_pct"] for r in ok]
     at_ref = [r["claimed_saving_pct"] for r in ok if r["at_reference"]]
+    at_ref_held = [
+        r["claimed_held_saving_pct"] for r in ok if r["at_reference"] and r["claimed_held_saving_pct"] is not None
+    ]
+    held, cost = _errors(ok, "held_saving_pct"), _errors(ok, "exploration_cost_pct")
     return {
         "jobs": len(rows),
         "with_claim": len(ok),
@@ -97,8 +118,17 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "hidden_over": sum(r["hidden_over"] for r in rows),
         "under_bound_over": sum(r["under_bound_over"] for r in rows),
         "at_reference_worst_pts": max(at_ref, key=abs) if at_ref else None,
+        "held_saving_bias_pts": held[0],
+        "held_saving_worst_pts": held[1],
+        "exploration_cost_bias_pts": cost[0],
+        "exploration_cost_worst_pts": cost[1],
+        "at_reference_held_worst_pts": max(at_ref_held, key=abs) if at_ref_held else None,
         "counted_min": min(r["counted"] for r in ok),
     }
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
 
 
 def main() -> None:
@@ -137,6 +167,12 @@ def main() -> None:
             f"{s['saving_worst_pts']:+.2f}  slowdown mean {s['slowdown_bias_pts']:+.2f} worst "
             f"{s['slowdown_worst_pts']:+.2f}  over-but-within {s['hidden_over']} "
             f"(claim below {s['under_bound_over']})  at-reference worst {s['at_reference_worst_pts']}"
+        )
+        print(
+            f"{'':8s} held saving claim-truth mean {_fmt(s['held_saving_bias_pts'])} worst "
+            f"{_fmt(s['held_saving_worst_pts'])}  exploration cost mean {_fmt(s['exploration_cost_bias_pts'])} "
+            f"worst {_fmt(s['exploration_cost_worst_pts'])}  at-reference held claim worst "
+            f"{_fmt(s['at_reference_held_worst_pts'])}"
         )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1))

@@ -164,3 +164,40 @@ def score_job(
         "exploration_frac": exploration_j / e_def,
         "clock_changes": len(changes),
     }
+
+
+def score_parts(
+    truth: JobTruth, default: JobTruth, intervals: list[tuple[float, float, str, bool]], duration_s: float
+) -> dict[str, float | None]:
+    """The truth of the two parts the runtime reports (accounting.SavingsMeter.split), over the same seconds:
+    `intervals` are the meter's (start, end, part, counted). Each part's iterations are compared with the default
+    run's energy per iteration over the same seconds (the same thermal state):
+    - held_saving: 1 - energy per iteration over the held seconds / the default run's over them (None: none);
+    - exploration_cost: energy the exploring seconds used beyond the default run's per iteration for the same
+      iterations, as a fraction of the whole job's reference energy (the default's per iteration x iterations)."""
+    sums = {part: [0.0, 0, 0.0, 0] for part in ("held", "exploring")}  # run J, run its, default J, default its
+    for start, end, part, _counted in intervals:
+        start, end = min(start, duration_s), min(end, duration_s)
+        if end <= start:
+            continue
+        acc = sums[part]
+        acc[0] += truth.energy_j(end) - truth.energy_j(start)
+        acc[1] += truth.iterations(end) - truth.iterations(start)
+        acc[2] += default.energy_j(end) - default.energy_j(start)
+        acc[3] += default.iterations(end) - default.iterations(start)
+
+    def per_iteration(joules: float, iterations: float) -> float | None:
+        return joules / iterations if iterations > 0 else None
+
+    held, exploring = sums["held"], sums["exploring"]
+    run_h, def_h = per_iteration(held[0], held[1]), per_iteration(held[2], held[3])
+    def_x = per_iteration(exploring[2], exploring[3])
+    def_all = per_iteration(default.energy_j(duration_s), default.iterations(duration_s))
+    reference_j = None if def_all is None else def_all * truth.iterations(duration_s)
+    cost = 0.0 if exploring[1] == 0 else None
+    if exploring[1] > 0 and def_x is not None and reference_j:
+        cost = (exploring[0] - exploring[1] * def_x) / reference_j
+    return {
+        "held_saving": None if run_h is None or not def_h else 1.0 - run_h / def_h,
+        "exploration_cost": cost,
+    }

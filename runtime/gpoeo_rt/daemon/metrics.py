@@ -40,6 +40,16 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
         "Measured energy per iteration saved so far (fraction, exploration included)",
         _ratio("saving_so_far_pct"),
     ),
+    (
+        "gpoeo_held_saving_ratio",
+        "Energy per iteration saved by the held decisions, over the time they were held (fraction)",
+        lambda g: None if (v := (g.get("split") or {}).get("held_saving_pct")) is None else v / 100.0,
+    ),
+    (
+        "gpoeo_exploration_cost_ratio",
+        "Energy exploring (profiling, probes) used beyond reference, as a fraction of the job's reference energy",
+        lambda g: None if (v := (g.get("split") or {}).get("exploration_cost_pct")) is None else v / 100.0,
+    ),
     ("gpoeo_slowdown_ratio", "Measured time per iteration lost so far (fraction)", _ratio("slowdown_so_far_pct")),
     ("gpoeo_period_seconds", "Latest measured iteration period", lambda g: (g.get("now") or {}).get("period_s")),
     ("gpoeo_sm_clock_megahertz", "SM clock in effect", lambda g: (g.get("clocks") or [None, None])[0]),
