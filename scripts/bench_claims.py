@@ -5,12 +5,15 @@ changes, with step markers off and on (issue 20; the sweep-driven jobs are `gpoe
 Each job runs twice with the same seed on a simulated H200 (warm-up on: `SimConfig.drift_frac`): once at default
 clocks (the yardstick) and once under the shipped Controller (hybrid policy, the bundle the daemon would select
 for an H200 from `models/`). The claim is the SavingsMeter over the controller's decisions (what `status`,
-`report` and the Prometheus figures say); the truth is the simulator's energy and iterations (harness.score_job).
+`report` and the Prometheus figures say); the truth is the simulator's energy and iterations, work counted in
+reference-seconds phase by phase as the meter counts it (harness.score_parts; for one phase the same as
+harness.score_job's per-iteration figures, which the rows also carry).
 Columns: claimed minus true saving and slowdown (points), whether the job ran over its bound while the report said
 it was within it (`accounting.bound_verdict`: the claim beyond its noise below the bound; and with the claim below
 the bound at all), and the share of the job the claim counts.
 
-Usage: python scripts/bench_claims.py [--job-s 1800] [--seeds 0,1] [--drift-frac 0.03] [--json out.json]
+Usage: python scripts/bench_claims.py [--job-s 1800] [--seeds 0,1] [--drift-frac 0.03] [--set presets] [--json F]
+(--set held-out: other phase-change jobs, built after the presets' figures were final and kept for checking.)
 (--drift-frac 0.004: the warm-up measured on a real H200, `H200_MEASURED_DRIFT_FRAC`; 0.03, the default, is the
 simulator's stress case.)
 """
@@ -36,6 +39,14 @@ PHASED: dict[str, list[tuple[float, str]]] = {
     "membound>gpt>membound": [(0.0, "membound"), (400.0, "gpt"), (1000.0, "membound")],
     "resnet50>membound": [(0.0, "resnet50"), (700.0, "membound")],
     "gpt>resnet50_hoststall": [(0.0, "gpt"), (900.0, "resnet50_hoststall")],
+}
+
+# Phase-change jobs held out of the development of issue 20's accounting: other orders, other change times.
+PHASED_HELD_OUT: dict[str, list[tuple[float, str]]] = {
+    "gpt>membound": [(0.0, "gpt"), (523.0, "membound")],
+    "resnet50_hoststall>gpt": [(0.0, "resnet50_hoststall"), (811.0, "gpt")],
+    "membound>resnet50>gpt": [(0.0, "membound"), (377.0, "resnet50"), (1133.0, "gpt")],
+    "membound_fast>gpt": [(0.0, "membound_fast"), (650.0, "gpt")],
 }
 
 
@@ -71,15 +82,19 @@ def run_job(
     for decision in controller.decisions:
         meter.feed(decision.to_dict())
     truth = score_job(JobTruth(gpu), JobTruth(base), decided_clock_changes(controller), controller.reference, job_s)
-    parts = score_parts(JobTruth(gpu), JobTruth(base), meter.intervals, job_s)
+    # Work in reference-seconds, phase by phase (as the meter counts it): an iteration of one phase is not one of
+    # another. For one phase, the same as score_job's per-iteration figures.
+    parts = score_parts(JobTruth(gpu), JobTruth(base), meter.intervals, job_s, tuple(t for t, _ in schedule[1:]))
     split = meter.split()
     claimed_saving, claimed_slowdown = meter.saving_pct, meter.slowdown_pct
     return {
         "job": name,
         "markers": markers,
         "seed": seed,
-        "saving_pct": 100 * truth["saving"],
-        "slowdown_pct": 100 * truth["slowdown"],
+        "saving_pct": _pct(parts["saving"]),
+        "slowdown_pct": _pct(parts["slowdown"]),
+        "saving_per_iteration_pct": 100 * truth["saving"],  # every iteration of every phase counted alike
+        "slowdown_per_iteration_pct": 100 * truth["slowdown"],
         "claimed_saving_pct": claimed_saving,
         "claimed_slowdown_pct": claimed_slowdown,
         # The two parts of the saving (accounting.SavingsMeter.split) and their truth over the same seconds.
@@ -91,8 +106,9 @@ def run_job(
         "verdict": meter.verdict(),
         # Over the bound while the report says "within" it (its claim beyond the claim's noise below the bound), and
         # over it with a claim below it at all.
-        "hidden_over": truth["slowdown"] > max_slowdown and meter.verdict() == "within",
-        "under_bound_over": truth["slowdown"] > max_slowdown and (claimed_slowdown or 0.0) <= 100 * max_slowdown,
+        "hidden_over": (parts["slowdown"] or 0.0) > max_slowdown and meter.verdict() == "within",
+        "under_bound_over": (parts["slowdown"] or 0.0) > max_slowdown
+        and (claimed_slowdown or 0.0) <= 100 * max_slowdown,
         "counted": meter.total.coverage()["counted"],
         "drift_checks": meter.total.drift_checks,
         "witness_gap_pct": (meter.total.witness() or {}).get("gap_pct"),
@@ -138,10 +154,12 @@ def main() -> None:
     ap.add_argument("--drift-frac", type=float, default=SimConfig().drift_frac)
     ap.add_argument("--max-slowdown", type=float, default=0.05)
     ap.add_argument("--models", default="models")
+    ap.add_argument("--set", dest="job_set", choices=("presets", "held-out", "all"), default="presets")
     ap.add_argument("--json", dest="json_out")
     args = ap.parse_args()
     predictor = Predictor(select_bundle(Path(args.models), "NVIDIA H200").manifest)
-    jobs = {name: [(0.0, name)] for name in STEADY} | PHASED
+    presets = {name: [(0.0, name)] for name in STEADY} | PHASED
+    jobs = {"presets": presets, "held-out": PHASED_HELD_OUT, "all": presets | PHASED_HELD_OUT}[args.job_set]
     rows = []
     for name, schedule in jobs.items():
         for markers in (False, True):
