@@ -639,7 +639,7 @@ def _accounting_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(f"held decisions: saving {split['held_saving_pct']:.1f}%, {split['held_share']:.0%} of the time")
     if split.get("exploration_cost_pct") is not None:
         cost, share = split["exploration_cost_pct"], split["exploring_share"]
-        lines.append(f"exploring (profiling, probes): cost {cost:.1f} points of the saving, {share:.0%} of the time")
+        lines.append(f"exploring (probes, profiling): cost {cost:.1f} points, {share:.0%} of the time")
     if energy:
         lines.append(f"energy used {_joules(energy['used_j'])}, saved {_joules(energy['saved_j'])} (counted time)")
     if cov.get("drift_checks"):

@@ -286,7 +286,7 @@ def test_report_prints_coverage_drift_checks_witness_and_runs_within_80_columns(
     assert all(len(line) <= 80 for line in mine), mine
     data = json.loads(CliRunner().invoke(app, ["report", str(log), "--json"]).output)
     assert len(data["runs"]) == 2 and data["witness"]["disagrees"] and data["energy"]["saved_j"] > 0
-    assert "held decisions: saving 19." in out and "exploring (profiling, probes): cost -" in out
+    assert "held decisions: saving 19." in out and "exploring (probes, profiling): cost -" in out
     # Held: 60 s at 0.8 energy and 2 s of drift checks at reference; the probe saved energy too (a negative cost).
     assert 19.0 < data["split"]["held_saving_pct"] < 20.0 and data["split"]["exploration_cost_pct"] < 0
 
