@@ -634,6 +634,12 @@ def _accounting_lines(summary: dict[str, Any]) -> list[str]:
             f"counts {cov['counted']:.0%} of the time ({cov['at_reference']:.0%} at reference, "
             f"{cov['measured']:.0%} measured; {cov['excluded']:.0%} left out)"
         )
+    split = summary.get("split") or {}
+    if split.get("held_saving_pct") is not None:
+        lines.append(f"held decisions: saving {split['held_saving_pct']:.1f}%, {split['held_share']:.0%} of the time")
+    if split.get("exploration_cost_pct") is not None:
+        cost, share = split["exploration_cost_pct"], split["exploring_share"]
+        lines.append(f"exploring (probes, profiling): cost {cost:.1f} points, {share:.0%} of the time")
     if energy:
         lines.append(f"energy used {_joules(energy['used_j'])}, saved {_joules(energy['saved_j'])} (counted time)")
     if cov.get("drift_checks"):

@@ -130,6 +130,37 @@ def test_a_job_left_at_reference_saves_exactly_nothing() -> None:
     assert meter.saving_pct == 0.0 and meter.slowdown_pct == 0.0
 
 
+def test_the_saving_splits_into_the_held_decisions_and_what_exploring_cost() -> None:
+    # Exploring: 0-10 s profiling at reference, 10-15 s a probe that used more (1.1 energy); held: 15-45 s.
+    records = _job(hold(45.0), rec(45.0, "stop"))
+    records[3] = {**records[3], "measured_energy_ratio": 1.1}
+    meter = _feed(records)
+    split = meter.split()
+    assert split["held_saving_pct"] == pytest.approx(20.0)
+    reference_j = 300.0 * (10.0 + 35.0 / 1.04)
+    cost = 100.0 * 300.0 * 0.1 * 5.0 / 1.04 / reference_j
+    assert split["exploration_cost_pct"] == pytest.approx(cost)
+    assert split["held_share"] == pytest.approx(30.0 / 45.0, abs=1e-3)
+    # The two parts add up to the headline: held saving x its share of the reference joules, minus the cost.
+    held_j = meter.parts["held"].reference_j
+    assert meter.saving_pct == pytest.approx(split["held_saving_pct"] * held_j / reference_j - cost)
+
+
+def test_a_job_left_at_reference_after_probing_holds_a_saving_of_exactly_zero_and_reports_the_probes_cost() -> None:
+    probe = {"measured_time_ratio": 1.1, "measured_energy_ratio": 1.05, "period_s": 0.11, "power_w": 286.0}
+    records = [
+        *_job()[:3],
+        rec(15.0, "probe", locked=True, state="searching", window_s=5.0, **probe),
+        rec(15.0, "converged", state="searching"),
+        *(rec(40.0 + 30 * k, "hold", window_s=2.0, period_s=0.1, power_w=309.0) for k in range(10)),
+    ]
+    meter = _feed(records)
+    split = meter.split()
+    assert split["held_saving_pct"] == 0.0
+    assert split["exploration_cost_pct"] is not None and split["exploration_cost_pct"] > 0
+    assert meter.saving_pct == pytest.approx(-split["exploration_cost_pct"])
+
+
 def test_drift_checks_refresh_the_baseline_power_and_report_their_cost() -> None:
     check = rec(47.0, "drift_check", locked=True, window_s=2.0, power_w=309.0)
     meter = _feed(_job(hold(45.0), check, hold(77.0), rec(77.0, "stop")))
@@ -255,6 +286,9 @@ def test_report_prints_coverage_drift_checks_witness_and_runs_within_80_columns(
     assert all(len(line) <= 80 for line in mine), mine
     data = json.loads(CliRunner().invoke(app, ["report", str(log), "--json"]).output)
     assert len(data["runs"]) == 2 and data["witness"]["disagrees"] and data["energy"]["saved_j"] > 0
+    assert "held decisions: saving 19." in out and "exploring (probes, profiling): cost -" in out
+    # Held: 60 s at 0.8 energy and 2 s of drift checks at reference; the probe saved energy too (a negative cost).
+    assert 19.0 < data["split"]["held_saving_pct"] < 20.0 and data["split"]["exploration_cost_pct"] < 0
 
 
 def test_the_report_calls_a_slowdown_within_the_bound_only_beyond_the_claims_noise() -> None:

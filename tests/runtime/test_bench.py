@@ -350,3 +350,40 @@ def test_plot_without_matplotlib_fails_before_any_work(tmp_path: Path, monkeypat
         result = CliRunner().invoke(app, [*argv, "--plot", str(tmp_path / "x.png")])
         assert result.exit_code == 2 and "--plot needs matplotlib: pip install 'gpoeo[pipeline]'" in result.output
     assert not ran
+
+
+@pytest.mark.parametrize(("preset", "left_at_reference"), [("gpt", False), ("membound_fast", True)])
+def test_each_part_of_the_claimed_saving_matches_the_truth_of_the_same_seconds(
+    preset: str, left_at_reference: bool
+) -> None:
+    """The held decisions' saving and exploration's cost (SavingsMeter.split) against the simulator's truth over
+    the same intervals (harness.score_parts), on a warming simulated H200 (the model-free search: no bundle
+    needed; on gpt it explores for 30% of the job); membound_fast (12 ms steps) on the power signal stays at
+    reference, so its held saving is exactly 0 and so, nearly, is the truth's."""
+    from gpoeo_rt.bench.harness import JobTruth, score_parts
+    from gpoeo_rt.controller.controller import Controller, ControllerConfig
+    from gpoeo_rt.controller.state import Policy
+    from gpoeo_rt.daemon.accounting import SavingsMeter
+    from gpoeo_rt.device import SimConfig, SimulatedGPU, preset_workload
+
+    def gpu() -> SimulatedGPU:
+        config = SimConfig(history_s=1020.0)
+        return SimulatedGPU(preset_workload(preset), seed=3, allow_clock_writes=True, config=config)
+
+    default = gpu()
+    default.clock.advance(900.0)
+    run = gpu()
+    controller = Controller(run, config=ControllerConfig(max_slowdown=0.05, policy=Policy.SEARCH))
+    controller.run(900.0)
+    meter = SavingsMeter(keep_intervals=True)
+    for decision in controller.decisions:
+        meter.feed(decision.to_dict())
+    truth = score_parts(JobTruth(run), JobTruth(default), meter.intervals, 900.0)
+    split = meter.split()
+    assert truth["held_saving"] is not None and truth["exploration_cost"] is not None
+    if left_at_reference:
+        assert split["held_saving_pct"] == 0.0 and abs(100 * truth["held_saving"]) < 0.3
+    else:
+        assert 100 * truth["held_saving"] > 3.0 and 100 * truth["exploration_cost"] < -0.5  # real figures to match
+    assert split["held_saving_pct"] == pytest.approx(100 * truth["held_saving"], abs=0.5)
+    assert split["exploration_cost_pct"] == pytest.approx(100 * truth["exploration_cost"], abs=0.3)

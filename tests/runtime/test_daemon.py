@@ -455,6 +455,7 @@ def test_the_energy_counters_export_the_meters_joules() -> None:
     energy = {"used_j": 800.0, "reference_j": 1000.0, "saved_j": 200.0}
     gpu = {"gpus": [0], "uuid": "GPU-1", "state": "holding", "mode": "control", "decisions": 9, "restarts": 0}
     gpu |= {"energy": energy, "coverage": {"counted": 0.9}}
+    gpu |= {"split": {"held_saving_pct": 25.0, "exploration_cost_pct": 1.5}}
     registry = CollectorRegistry()
     registry.register(_StatusCollector(lambda: {"gpus": [gpu]}))  # type: ignore[arg-type]
     text = generate_latest(registry).decode()
@@ -462,4 +463,5 @@ def test_the_energy_counters_export_the_meters_joules() -> None:
     assert values["gpoeo_energy_used_joules_total"] == 800.0
     assert values["gpoeo_energy_reference_joules_total"] == 1000.0
     assert values["gpoeo_energy_saved_joules"] == 200.0 and values["gpoeo_counted_ratio"] == 0.9
+    assert values["gpoeo_held_saving_ratio"] == 0.25 and values["gpoeo_exploration_cost_ratio"] == 0.015
     _check_exposition(text)

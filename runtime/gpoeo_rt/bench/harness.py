@@ -4,6 +4,7 @@ controller's own harness (`gpoeo_rt.bench.simulate`); only scoring code reads th
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,4 +164,59 @@ def score_job(
         "exploration_j": exploration_j,
         "exploration_frac": exploration_j / e_def,
         "clock_changes": len(changes),
+    }
+
+
+def score_parts(
+    truth: JobTruth,
+    default: JobTruth,
+    intervals: list[tuple[float, float, str, bool]],
+    duration_s: float,
+    phase_starts: tuple[float, ...] = (),
+) -> dict[str, float | None]:
+    """The truth of what the runtime reports (accounting.SavingsMeter), over the same seconds: `intervals` are the
+    meter's (start, end, part, counted). Work is counted in reference-seconds, as the meter counts it: in each job
+    phase (`phase_starts`: when each phase after the first begins), the run's iterations times the default run's
+    time per iteration over the same seconds (the same thermal state), and their energy at reference likewise. For a
+    job of one phase this is score_job's per-iteration figure; for a job whose phases have different iterations,
+    an iteration of one phase is not one of another, and only this comparison means something.
+    - saving, slowdown: the whole job's (used / reference joules, time / reference-seconds of work);
+    - held_saving: 1 - used / reference joules over the held seconds (None: none);
+    - exploration_cost: what the exploring seconds used beyond reference, as a fraction of the whole job's
+      reference joules."""
+    edges = sorted({0.0, *(t for t in phase_starts if 0.0 < t < duration_s), duration_s})
+
+    def sums(ranges: list[tuple[float, float]]) -> tuple[float, float, float]:
+        """(used joules, reference-seconds of work, reference joules) over `ranges`, phase by phase."""
+        per_phase: dict[int, list[float]] = {}
+        for start, end in ranges:
+            for k, (lo, hi) in enumerate(itertools.pairwise(edges)):
+                a, b = max(start, lo), min(end, hi)
+                if b <= a:
+                    continue
+                acc = per_phase.setdefault(k, [0.0, 0.0, 0.0, 0.0, 0.0])  # run J, run its, default J, its, s
+                acc[0] += truth.energy_j(b) - truth.energy_j(a)
+                acc[1] += truth.iterations(b) - truth.iterations(a)
+                acc[2] += default.energy_j(b) - default.energy_j(a)
+                acc[3] += default.iterations(b) - default.iterations(a)
+                acc[4] += b - a
+        used = work = reference = 0.0
+        for run_j, run_its, def_j, def_its, seconds in per_phase.values():
+            used += run_j
+            if def_its > 0:
+                work += run_its * seconds / def_its
+                reference += run_its * def_j / def_its
+        return used, work, reference
+
+    whole = sums([(0.0, duration_s)])
+    parts = {
+        part: sums([(a, min(b, duration_s)) for a, b, p, _ in intervals if p == part and a < duration_s])
+        for part in ("held", "exploring")
+    }
+    held, exploring = parts["held"], parts["exploring"]
+    return {
+        "saving": None if whole[2] <= 0 else 1.0 - whole[0] / whole[2],
+        "slowdown": None if whole[1] <= 0 else duration_s / whole[1] - 1.0,
+        "held_saving": None if held[2] <= 0 else 1.0 - held[0] / held[2],
+        "exploration_cost": None if whole[2] <= 0 else (exploring[0] - exploring[2]) / whole[2],
     }

@@ -205,14 +205,13 @@ class ControllerPolicy:
             self.controller.step()
         self.controller.stop("end of the job")
 
-    def claimed(self) -> tuple[float | None, float | None]:
-        """What the runtime itself would report for this job (saving, slowdown; fractions): its decisions through
-        the meter behind `gpoeo-rt status`, `report` and the Prometheus gauges."""
-        meter = SavingsMeter()
+    def claimed(self) -> SavingsMeter:
+        """What the runtime itself would report for this job: its decisions through the meter behind `gpoeo-rt
+        status`, `report` and the Prometheus gauges (with its intervals, to score each part against the truth)."""
+        meter = SavingsMeter(keep_intervals=True)
         for decision in self.controller.decisions:
             meter.feed(decision.to_dict())
-        saving, slowdown = meter.saving_pct, meter.slowdown_pct
-        return (None if saving is None else saving / 100.0), (None if slowdown is None else slowdown / 100.0)
+        return meter
 
 
 # --- Zeus-style sweep ------------------------------------------------------------------------------------------

@@ -96,6 +96,13 @@ def claim_errors(results: Sequence[PolicyResult]) -> dict[str, float | None]:
     hidden = [r for r in claimed if r.violation and _verdict(r) == "within"]
     under = [r for r in claimed if r.violation and r.claimed_slowdown <= (r.max_slowdown or 0.0)]  # type: ignore[operator]
     at_reference = [100 * r.claimed_saving for r in claimed if r.final_clocks == r.reference_clocks]  # type: ignore[operator]
+    held = _errors(claimed, "held_saving")
+    cost = _errors(claimed, "exploration_cost")
+    held_at_reference = [
+        100 * r.claimed_held_saving
+        for r in claimed
+        if r.final_clocks == r.reference_clocks and r.claimed_held_saving is not None
+    ]
     return {
         "claim_saving_bias_pts": statistics.mean(saving),
         "claim_saving_worst_pts": max(saving, key=abs),
@@ -104,14 +111,40 @@ def claim_errors(results: Sequence[PolicyResult]) -> dict[str, float | None]:
         "claim_hidden_violations": len(hidden),
         "claim_under_bound_violations": len(under),
         "claim_at_reference_worst_pts": max(at_reference, key=abs) if at_reference else None,
+        "claim_held_saving_bias_pts": held[0],
+        "claim_held_saving_worst_pts": held[1],
+        "claim_exploration_cost_bias_pts": cost[0],
+        "claim_exploration_cost_worst_pts": cost[1],
+        "claim_held_at_reference_worst_pts": max(held_at_reference, key=abs) if held_at_reference else None,
     }
+
+
+def _errors(results: Sequence[PolicyResult], key: str) -> tuple[float | None, float | None]:
+    """Mean and worst of claimed minus true `key` (points), over the runs where both are known."""
+    diffs = [
+        100 * (claimed - true)
+        for r in results
+        if (claimed := getattr(r, "claimed_" + key)) is not None and (true := getattr(r, key)) is not None
+    ]
+    return (statistics.mean(diffs), max(diffs, key=abs)) if diffs else (None, None)
 
 
 CLAIM_KEYS = ("claim_saving_bias_pts", "claim_saving_worst_pts", "claim_slowdown_bias_pts", "claim_slowdown_worst_pts")
 # Also in the summaries where they apply: runs over the bound that the report calls within it (its claim beyond
 # the claim's noise below the bound), and those whose claim is at all below it; the worst claimed saving of the runs
 # gpoeo left at reference (None: there were none).
-CLAIM_HONESTY_KEYS = ("claim_hidden_violations", "claim_under_bound_violations", "claim_at_reference_worst_pts")
+CLAIM_HONESTY_KEYS = (
+    "claim_hidden_violations",
+    "claim_under_bound_violations",
+    "claim_at_reference_worst_pts",
+    # The saving's two parts (the held decisions' saving, exploration's cost): claimed minus true, and the held
+    # saving claimed for the runs left at reference (issue 20: 0.0 +- 0.3).
+    "claim_held_saving_bias_pts",
+    "claim_held_saving_worst_pts",
+    "claim_exploration_cost_bias_pts",
+    "claim_exploration_cost_worst_pts",
+    "claim_held_at_reference_worst_pts",
+)
 
 
 def check_targets(summary: Sequence[Mapping[str, Any]], wall_s: float, max_slowdown: float) -> dict[str, Any]:

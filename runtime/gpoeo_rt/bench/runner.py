@@ -32,6 +32,7 @@ from gpoeo_rt.bench.harness import (
     job_gpu,
     oracle_for,
     score_job,
+    score_parts,
 )
 from gpoeo_rt.bench.policies import (
     BanditConfig,
@@ -126,6 +127,12 @@ class PolicyResult:
     # What the runtime would report for the job (SavingsMeter over its decisions); None for the baselines.
     claimed_saving: float | None = None
     claimed_slowdown: float | None = None
+    # The saving's two parts (accounting.SavingsMeter.split: the held decisions' saving over the time held, what
+    # exploring cost as a fraction of the job's reference energy), claimed and true over the same seconds.
+    claimed_held_saving: float | None = None
+    held_saving: float | None = None
+    claimed_exploration_cost: float | None = None
+    exploration_cost: float | None = None
     reference_clocks: tuple[int, int] | None = None
     max_slowdown: float | None = None  # the bound the run was held to
 
@@ -215,6 +222,10 @@ def make_policy(name: str, gpu: SimulatedGPU, task: BenchTask, oracle: Oracle, s
     raise BenchInputError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
+def _fraction(pct: float | None) -> float | None:
+    return None if pct is None else pct / 100.0
+
+
 def run_workload(task: BenchTask) -> list[PolicyResult]:
     s = task.settings
     workload = s.workload(task.rows)
@@ -228,7 +239,7 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
     default = JobTruth(base)
     results = []
     for name in task.policies:
-        claimed: tuple[float | None, float | None] = (None, None)
+        claimed: dict[str, float | None] = {}
         if name == "default" or (name == "oracle" and oracle.clocks == reference):
             truth, changes, probes = default, [], 0  # identical to the default run (same seed, same clocks)
         else:
@@ -237,7 +248,17 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
             policy.run(s.job_s)
             truth, changes, probes = JobTruth(gpu), policy.clock_changes, policy.probes
             if isinstance(policy, ControllerPolicy):
-                claimed = policy.claimed()
+                meter = policy.claimed()
+                split = meter.split()
+                parts = score_parts(truth, default, meter.intervals, s.job_s)
+                claimed = {
+                    "claimed_saving": _fraction(meter.saving_pct),
+                    "claimed_slowdown": _fraction(meter.slowdown_pct),
+                    "claimed_held_saving": _fraction(split["held_saving_pct"]),
+                    "held_saving": parts["held_saving"],
+                    "claimed_exploration_cost": _fraction(split["exploration_cost_pct"]),
+                    "exploration_cost": parts["exploration_cost"],
+                }
         scored = score_job(truth, default, changes, reference, s.job_s)
         results.append(
             PolicyResult(
@@ -251,8 +272,12 @@ def run_workload(task: BenchTask) -> list[PolicyResult]:
                 oracle_slowdown=oracle.slowdown,
                 oracle_clocks=oracle.clocks,
                 probes=probes,
-                claimed_saving=claimed[0],
-                claimed_slowdown=claimed[1],
+                claimed_saving=claimed.get("claimed_saving"),
+                claimed_slowdown=claimed.get("claimed_slowdown"),
+                claimed_held_saving=claimed.get("claimed_held_saving"),
+                held_saving=claimed.get("held_saving"),
+                claimed_exploration_cost=claimed.get("claimed_exploration_cost"),
+                exploration_cost=claimed.get("exploration_cost"),
                 reference_clocks=reference,
                 max_slowdown=s.max_slowdown,
                 **scored,

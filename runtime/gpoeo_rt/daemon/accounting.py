@@ -21,6 +21,13 @@ Runs: a controller's first decision is `start`, its last `stop` or `error`. The 
 last decision, when the daemon was killed) and the next start is downtime: never counted. Runs combine by time
 (their sums add). A clock that goes backwards (a reboot) also starts a new run.
 
+Two parts, both honest, that add up to the headline: the time spent *exploring* (decisions taken while profiling
+or searching: the baseline windows and the search's probes, also after a phase change) and the time the controller
+*held* a decision (holding, guarding, drift checks, fallback waits, idle). `split()` gives the held decisions'
+saving over the time they were held (`held_saving_pct`: 0 exactly for a job left at reference) and what exploring
+cost (`exploration_cost_pct`: energy used beyond what the same work would have used at reference, in points of the
+whole job's reference energy); saving_pct = held_saving_pct x held share of the reference joules - cost.
+
 The energy counter (`energy_counter_j`, read at the end of each window) is a second, independent witness of the
 energy used: `witness()` compares the counter's joules with the ratio-based joules over the same intervals.
 
@@ -43,6 +50,9 @@ SUSPECT_EVENTS = frozenset({"change_suspected", "phase_change", "baseline_stale"
 # their record carries; every other decision's window ran at the clocks the previous decision left.
 _PROBE_EVENTS = frozenset({"probe", "probe_extend", "probe_retry"})
 RUN_END_EVENTS = frozenset({"stop", "error"})
+# Decisions taken in these states rate time spent exploring (profiling at reference, the search's probes); every
+# other interval is time a decision was held (`interval_part`).
+EXPLORING_STATES = frozenset({"profiling", "searching"})
 # The counter's and the ratios' joules disagree beyond noise: window power against a whole interval (sample noise,
 # 10 Hz counter edges, drift between checks) stays within ~1% on simulated jobs; real ones were not measured yet.
 WITNESS_TOLERANCE = 0.03
@@ -58,6 +68,11 @@ def bound_verdict(slowdown_pct: float | None, bound_pct: float | None) -> str | 
     if slowdown_pct <= bound_pct - SLOWDOWN_CLAIM_NOISE_PTS:
         return "within"
     return "over" if slowdown_pct > bound_pct + SLOWDOWN_CLAIM_NOISE_PTS else "at the bound"
+
+
+def interval_part(record: dict[str, Any]) -> str:
+    """ "exploring" or "held": the part of the job the interval that `record` closes belongs to."""
+    return "exploring" if record.get("state") in EXPLORING_STATES else "held"
 
 
 def _num(value: object) -> float | None:
@@ -137,6 +152,11 @@ class SavingsMeter:
     last: dict[str, Any] = field(default_factory=dict)  # the latest record with a measured period
     advised_predicted: dict[str, float] | None = None
     run_bounds: list[float | None] = field(default_factory=list)  # each run's slowdown bound (%), from its start
+    parts: dict[str, Tally] = field(default_factory=lambda: {"exploring": Tally(), "held": Tally()})
+    # With keep_intervals: every interval rated, (start, end, part, counted) in order (the bench scores each part
+    # against the truth of the same seconds); off in the daemon, where it would grow without bound.
+    keep_intervals: bool = False
+    intervals: list[tuple[float, float, str, bool]] = field(default_factory=list)
     _prev: dict[str, Any] | None = None  # the previous record of the current run (None: between runs)
     _reference_w: float | None = None  # the latest power measured at reference clocks
     _counter: tuple[float, float] | None = None  # (t_s, joules) of the latest counter reading in this run
@@ -226,6 +246,9 @@ class SavingsMeter:
                 part.witness_ratio_j = part.used_j
         run.add(part)
         self.total.add(part)
+        self.parts[interval_part(rec)].add(part)
+        if self.keep_intervals:
+            self.intervals.append((float(prev["t_s"]), float(prev["t_s"]) + dt, interval_part(rec), part.counted_s > 0))
 
     def _unconfirmed(self, rec: dict[str, Any], time_ratio: float) -> bool:
         """A power-signal window at clocks no higher than the reference that says iterations ran faster than
@@ -255,6 +278,21 @@ class SavingsMeter:
 
     def verdict(self) -> str | None:
         return bound_verdict(self.slowdown_pct, self.bound_pct)
+
+    def split(self) -> dict[str, float | None]:
+        """The headline saving in its two parts: the held decisions' saving over the time they were held, and
+        what exploring cost in points of the whole job's saving; with the shares of the counted time of each."""
+        held, exploring, total = self.parts["held"], self.parts["exploring"], self.total
+        cost = (
+            None if total.reference_j <= 0 else 100.0 * (exploring.used_j - exploring.reference_j) / total.reference_j
+        )
+        counted = total.counted_s
+        return {
+            "held_saving_pct": held.saving_pct,
+            "exploration_cost_pct": cost,
+            "held_share": None if counted <= 0 else round(held.counted_s / counted, 4),
+            "exploring_share": None if counted <= 0 else round(exploring.counted_s / counted, 4),
+        }
 
     def energy(self) -> dict[str, float]:
         """Joules over the counted intervals: used, what the same work would have used at reference, saved."""

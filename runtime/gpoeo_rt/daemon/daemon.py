@@ -586,6 +586,7 @@ class Daemon:
                     # the time the figures cover, and the energy counter's witness (accounting.py).
                     "bound_pct": meter.bound_pct,
                     "bound_verdict": meter.verdict(),  # within / at the bound (within the claim's noise) / over
+                    "split": meter.split(),  # held decisions' saving, exploration's cost
                     "energy": meter.energy(),
                     "coverage": meter.total.coverage(),
                     "witness": meter.total.witness(),

@@ -29,6 +29,10 @@ def _ratio(key: str) -> Reader:
     return lambda g: None if g.get(key) is None else g[key] / 100.0
 
 
+def _split(key: str) -> Reader:
+    return lambda g: None if (v := (g.get("split") or {}).get(key)) is None else v / 100.0
+
+
 def _energy(key: str) -> Reader:
     return lambda g: (g.get("energy") or {}).get(key)
 
@@ -39,6 +43,16 @@ _GAUGES: tuple[tuple[str, str, Reader], ...] = (
         "gpoeo_saving_ratio",
         "Measured energy per iteration saved so far (fraction, exploration included)",
         _ratio("saving_so_far_pct"),
+    ),
+    (
+        "gpoeo_held_saving_ratio",
+        "Energy per iteration saved by the held decisions, over the time they were held (fraction)",
+        _split("held_saving_pct"),
+    ),
+    (
+        "gpoeo_exploration_cost_ratio",
+        "Energy exploring (profiling, probes) used beyond reference, as a fraction of the job's reference energy",
+        _split("exploration_cost_pct"),
     ),
     ("gpoeo_slowdown_ratio", "Measured time per iteration lost so far (fraction)", _ratio("slowdown_so_far_pct")),
     ("gpoeo_period_seconds", "Latest measured iteration period", lambda g: (g.get("now") or {}).get("period_s")),

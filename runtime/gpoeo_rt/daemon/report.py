@@ -72,6 +72,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any]:
         "slowdown_pct": meter.slowdown_pct,
         "bound_pct": meter.bound_pct,
         "bound_verdict": meter.verdict(),
+        "split": meter.split(),
         "energy": meter.energy(),
         "coverage": meter.total.coverage(),
         "witness": meter.total.witness(),
