@@ -122,7 +122,8 @@ class ControllerConfig:
     # on a real H200, 3% in the simulator's stress case; docs/accounting.md). The held config's own power, measured
     # in every hold window, warms with the same GPU: a check is due only when it has moved more than drift_noise
     # since the last window at reference (so the reference may have too), no sooner than drift_check_s after it;
-    # and, whatever the held power says, max_drift_check_s after it (doubling while checks find no drift). Each
+    # and, whatever the held power says, max_drift_check_s after it (doubling while checks find no drift). The
+    # first check of a new baseline comes drift_check_s into its hold (the GPU warmed while the search ran). Each
     # check costs its window (drift_window_periods periods, at least min_window_s) at reference, logged as
     # `drift_check`. 0 turns them off.
     drift_check_s: float = 30.0
@@ -931,9 +932,12 @@ class Controller:
             return False
         now = self._now()
         if self._drift_for is not self._baseline:
+            # A new baseline (profiled, or a known phase's) is older than the hold: the search, or the phase's
+            # absence, ran between. The first check comes drift_check_s into the hold; later ones follow the
+            # held power.
             self._drift_for = self._baseline
             self._drift_since_s = now
-            self._drift_interval_s = cfg.max_drift_check_s
+            self._drift_interval_s = cfg.drift_check_s
         if now - self._drift_since_s < cfg.drift_check_s:
             return False
         moved = abs(self._held_drift()) > cfg.drift_noise
@@ -987,6 +991,7 @@ class Controller:
         self._baseline = self._drift_for = replace(baseline, power_w=power)
         if self._phase is not None:
             self.phases[self._phase] = replace(self.phases[self._phase], baseline=self._baseline)
+        self._drift_interval_s = max(self._drift_interval_s, cfg.max_drift_check_s)
         if abs(drift) <= cfg.drift_noise:
             self._drift_interval_s = 2.0 * self._drift_interval_s
         self._drift_since_s = self._now()
