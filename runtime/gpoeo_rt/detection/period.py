@@ -1419,26 +1419,35 @@ def _best_segmentation(
     cum = np.concatenate([np.zeros((len(grid), 1)), np.cumsum(resid, axis=1)], axis=1)
     steps = np.arange(max(1, round(dmin / h)), round(dmax / h) + 1)
     lead = np.concatenate([[0.0], np.cumsum((y - y.mean()) ** 2)])
+    m = len(grid)
     best = np.where(grid <= dmax, lead[first], np.inf)
-    back = np.full(len(grid), -1)
-    # A start's cost depends only on starts at least dmin earlier: a block of that many is settled at once.
-    for a in range(0, len(grid), int(steps[0])):
-        js = np.arange(a, min(a + int(steps[0]), len(grid)))
-        js = js[np.isfinite(best[js])]
-        if not len(js):
-            continue
-        nxt = js[:, None] + steps[None, :]
-        inside = nxt < len(grid)
-        nxt_c = np.minimum(nxt, len(grid) - 1)
-        cost = best[js][:, None] + cum[js[:, None], np.minimum(first[nxt_c] - first[js][:, None], reach)] + penalty
-        cost, nxt_f = cost[inside], nxt[inside]
-        src = np.broadcast_to(js[:, None], nxt.shape)[inside]
-        order = np.argsort(cost, kind="stable")
-        targets, pick = np.unique(nxt_f[order], return_index=True)
-        chosen = order[pick]
-        better = cost[chosen] < best[targets]
-        best[targets[better]] = cost[chosen][better]
-        back[targets[better]] = src[chosen][better]
+    back = np.full(m, -1)
+    # Pulled, not pushed: each start takes the cheapest earlier start (the earliest of equals) that beats its
+    # own lead-in cost. A start's sources lie at least dmin earlier, so a block of that many is settled at once.
+    # The segment costs are gathered for a chunk of starts at a time (bounded memory), the sources' costs in
+    # the loop: best is padded with len(steps) infinities in front, so a source before the first start is one.
+    block = int(steps[0])
+    back_steps = steps[::-1]  # earliest source first: argmin keeps the first of equals
+    pad = int(steps[-1])
+    padded = np.concatenate([np.full(pad, np.inf), best])
+    chunk = max(block, (1 << 16) // len(steps) // block * block)
+    for c0 in range(block, m, chunk):
+        ts_all = np.arange(c0, min(c0 + chunk, m))
+        src_all = ts_all[:, None] - back_steps[None, :]
+        src_c = np.maximum(src_all, 0)
+        seg = cum[src_c, np.minimum(first[ts_all][:, None] - first[src_c], reach)]
+        rows = np.arange(min(block, len(ts_all)))
+        for a in range(0, len(ts_all), block):
+            ts = ts_all[a : a + block]
+            r = rows[: len(ts)]
+            cost = padded[src_all[a : a + block] + pad] + seg[a : a + block] + penalty
+            k = np.argmin(cost, axis=1)
+            cbest = cost[r, k]
+            better = cbest < padded[ts + pad]
+            if better.any():
+                padded[ts[better] + pad] = cbest[better]
+                back[ts[better]] = src_all[a : a + block][r, k][better]
+    best = padded[pad:]
     tail = cum[np.arange(len(grid)), np.minimum(n - first, reach)]
     ends = np.flatnonzero(grid >= n * dt - dmax)
     total = best[ends] + tail[ends]
