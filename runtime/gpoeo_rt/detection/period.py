@@ -1424,29 +1424,31 @@ def _best_segmentation(
     back = np.full(m, -1)
     # Pulled, not pushed: each start takes the cheapest earlier start (the earliest of equals) that beats its
     # own lead-in cost. A start's sources lie at least dmin earlier, so a block of that many is settled at once.
-    # The segment costs are gathered for a chunk of starts at a time (bounded memory), the sources' costs in
-    # the loop: best is padded with len(steps) infinities in front, so a source before the first start is one.
+    # best is padded with dmax / h infinities in front (a source before the first start is one): the sources'
+    # costs of start t are then the sliding window padded[t : t + len(steps)], earliest first. Segment costs
+    # are gathered for a chunk of starts at a time (bounded memory).
     block = int(steps[0])
-    back_steps = steps[::-1]  # earliest source first: argmin keeps the first of equals
+    back_steps = steps[::-1]
     pad = int(steps[-1])
     padded = np.concatenate([np.full(pad, np.inf), best])
+    sources = np.lib.stride_tricks.sliding_window_view(padded, len(steps))
     chunk = max(block, (1 << 16) // len(steps) // block * block)
     for c0 in range(block, m, chunk):
         ts_all = np.arange(c0, min(c0 + chunk, m))
-        src_all = ts_all[:, None] - back_steps[None, :]
-        src_c = np.maximum(src_all, 0)
+        src_c = np.maximum(ts_all[:, None] - back_steps[None, :], 0)
         seg = cum[src_c, np.minimum(first[ts_all][:, None] - first[src_c], reach)]
         rows = np.arange(min(block, len(ts_all)))
         for a in range(0, len(ts_all), block):
-            ts = ts_all[a : a + block]
-            r = rows[: len(ts)]
-            cost = padded[src_all[a : a + block] + pad] + seg[a : a + block] + penalty
+            t0, b = c0 + a, min(block, len(ts_all) - a)
+            cost = sources[t0 : t0 + b] + seg[a : a + b] + penalty
+            r = rows[:b]
             k = np.argmin(cost, axis=1)
             cbest = cost[r, k]
-            better = cbest < padded[ts + pad]
+            better = cbest < padded[pad + t0 : pad + t0 + b]
             if better.any():
-                padded[ts[better] + pad] = cbest[better]
-                back[ts[better]] = src_all[a : a + block][r, k][better]
+                ts = np.flatnonzero(better) + t0
+                padded[ts + pad] = cbest[better]
+                back[ts] = ts - back_steps[k[better]]
     best = padded[pad:]
     tail = cum[np.arange(len(grid)), np.minimum(n - first, reach)]
     ends = np.flatnonzero(grid >= n * dt - dmax)
