@@ -1510,13 +1510,28 @@ def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float,
     return float(np.mean((y[stalled] - level) ** 2) / y.var())
 
 
+# A run supports the best when it fits within this much of it (and agrees on the period).
+_SUPPORT_R2 = 0.1
+
+
 def _segment_count(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Segmentation | None:
-    """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees."""
-    runs = [r for k in cfg.template_starts if (r := _segment_from(y, dt, k * period, cfg)) is not None]
+    """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees.
+
+    Trust needs two runs that fit within _SUPPORT_R2 of the best, itself >= template_min_r2: once the runs left
+    cannot make two that fit within that of template_min_r2, the rest are not run (the answer is None anyway)."""
+    runs: list[_Segmentation] = []
+    floor = cfg.template_min_r2 - _SUPPORT_R2
+    for i, k in enumerate(cfg.template_starts):
+        if sum(r.r2 >= floor for r in runs) + len(cfg.template_starts) - i < 2:
+            return None
+        if (r := _segment_from(y, dt, k * period, cfg)) is not None:
+            runs.append(r)
     if not runs:
         return None
     best = max(runs, key=lambda r: r.r2)
-    support = [r for r in runs if r.r2 >= best.r2 - 0.1 and abs(r.period / best.period - 1.0) <= cfg.template_agreement]
+    support = [
+        r for r in runs if r.r2 >= best.r2 - _SUPPORT_R2 and abs(r.period / best.period - 1.0) <= cfg.template_agreement
+    ]
     trusted = (
         best.r2 >= cfg.template_min_r2
         and len(support) >= 2
