@@ -1419,26 +1419,37 @@ def _best_segmentation(
     cum = np.concatenate([np.zeros((len(grid), 1)), np.cumsum(resid, axis=1)], axis=1)
     steps = np.arange(max(1, round(dmin / h)), round(dmax / h) + 1)
     lead = np.concatenate([[0.0], np.cumsum((y - y.mean()) ** 2)])
+    m = len(grid)
     best = np.where(grid <= dmax, lead[first], np.inf)
-    back = np.full(len(grid), -1)
-    # A start's cost depends only on starts at least dmin earlier: a block of that many is settled at once.
-    for a in range(0, len(grid), int(steps[0])):
-        js = np.arange(a, min(a + int(steps[0]), len(grid)))
-        js = js[np.isfinite(best[js])]
-        if not len(js):
-            continue
-        nxt = js[:, None] + steps[None, :]
-        inside = nxt < len(grid)
-        nxt_c = np.minimum(nxt, len(grid) - 1)
-        cost = best[js][:, None] + cum[js[:, None], np.minimum(first[nxt_c] - first[js][:, None], reach)] + penalty
-        cost, nxt_f = cost[inside], nxt[inside]
-        src = np.broadcast_to(js[:, None], nxt.shape)[inside]
-        order = np.argsort(cost, kind="stable")
-        targets, pick = np.unique(nxt_f[order], return_index=True)
-        chosen = order[pick]
-        better = cost[chosen] < best[targets]
-        best[targets[better]] = cost[chosen][better]
-        back[targets[better]] = src[chosen][better]
+    back = np.full(m, -1)
+    # Pulled, not pushed: each start takes the cheapest earlier start (the earliest of equals) that beats its
+    # own lead-in cost. A start's sources lie at least dmin earlier, so a block of that many is settled at once.
+    # best is padded with dmax / h infinities in front (a source before the first start is one): the sources'
+    # costs of start t are then the sliding window padded[t : t + len(steps)], earliest first. Segment costs
+    # are gathered for a chunk of starts at a time (bounded memory).
+    block = int(steps[0])
+    back_steps = steps[::-1]
+    pad = int(steps[-1])
+    padded = np.concatenate([np.full(pad, np.inf), best])
+    sources = np.lib.stride_tricks.sliding_window_view(padded, len(steps))
+    chunk = max(block, (1 << 16) // len(steps) // block * block)
+    for c0 in range(block, m, chunk):
+        ts_all = np.arange(c0, min(c0 + chunk, m))
+        src_c = np.maximum(ts_all[:, None] - back_steps[None, :], 0)
+        seg = cum[src_c, np.minimum(first[ts_all][:, None] - first[src_c], reach)]
+        rows = np.arange(min(block, len(ts_all)))
+        for a in range(0, len(ts_all), block):
+            t0, b = c0 + a, min(block, len(ts_all) - a)
+            cost = sources[t0 : t0 + b] + seg[a : a + b] + penalty
+            r = rows[:b]
+            k = np.argmin(cost, axis=1)
+            cbest = cost[r, k]
+            better = cbest < padded[pad + t0 : pad + t0 + b]
+            if better.any():
+                ts = np.flatnonzero(better) + t0
+                padded[ts + pad] = cbest[better]
+                back[ts] = ts - back_steps[k[better]]
+    best = padded[pad:]
     tail = cum[np.arange(len(grid)), np.minimum(n - first, reach)]
     ends = np.flatnonzero(grid >= n * dt - dmax)
     total = best[ends] + tail[ends]
@@ -1499,13 +1510,28 @@ def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float,
     return float(np.mean((y[stalled] - level) ** 2) / y.var())
 
 
+# A run supports the best when it fits within this much of it (and agrees on the period).
+_SUPPORT_R2 = 0.1
+
+
 def _segment_count(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Segmentation | None:
-    """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees."""
-    runs = [r for k in cfg.template_starts if (r := _segment_from(y, dt, k * period, cfg)) is not None]
+    """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees.
+
+    Trust needs two runs that fit within _SUPPORT_R2 of the best, itself >= template_min_r2: once the runs left
+    cannot make two that fit within that of template_min_r2, the rest are not run (the answer is None anyway)."""
+    runs: list[_Segmentation] = []
+    floor = cfg.template_min_r2 - _SUPPORT_R2
+    for i, k in enumerate(cfg.template_starts):
+        if sum(r.r2 >= floor for r in runs) + len(cfg.template_starts) - i < 2:
+            return None
+        if (r := _segment_from(y, dt, k * period, cfg)) is not None:
+            runs.append(r)
     if not runs:
         return None
     best = max(runs, key=lambda r: r.r2)
-    support = [r for r in runs if r.r2 >= best.r2 - 0.1 and abs(r.period / best.period - 1.0) <= cfg.template_agreement]
+    support = [
+        r for r in runs if r.r2 >= best.r2 - _SUPPORT_R2 and abs(r.period / best.period - 1.0) <= cfg.template_agreement
+    ]
     trusted = (
         best.r2 >= cfg.template_min_r2
         and len(support) >= 2
