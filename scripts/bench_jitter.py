@@ -13,7 +13,7 @@ and gpt_64, at 50-500 ms, uniform and heavy-tailed stalls). Each recorded iterat
 most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
-A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter, held out: no
+A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2}, held out: no
 threshold was set on them): from the recording's start (the daemon running before the job: the time to the
 baseline counts from the job's first iteration) and from the same 5 offsets after the first iteration.
 
@@ -61,6 +61,10 @@ REAL = (
     (TRACES / "h200-jitter/gpt_64_p50", "pareto"),  # 306.5 ms (0.15)
     (TRACES / "h200-jitter/resnet_512_0-104", "uniform +-50%"),  # 157.0 ms (0.19)
     (TRACES / "h200-jitter/gptvar_32", "variable length"),  # 87.0 ms (0.36)
+    # The second set (recorded while the detection changes of 2026-12-05's second session were being made)
+    (TRACES / "h200-jitter-2/resnet_256_0-40", "uniform +-27%"),  # 75.1 ms (0.155)
+    (TRACES / "h200-jitter-2/gpt_32_0-80", "uniform +-23%"),  # 173.8 ms (0.134)
+    (TRACES / "h200-jitter-2/resnet_1024_p60", "pareto"),  # 265.5 ms (0.191)
 )
 
 
