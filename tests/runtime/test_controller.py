@@ -228,6 +228,22 @@ def test_a_phase_change_re_profiles_and_a_phase_seen_before_skips_the_search(pre
             assert (d.sm_clock_mhz, d.mem_clock_mhz) == DEFAULT or d.next_state is not State.PROFILING
 
 
+def test_a_new_phase_whose_harmonics_count_near_the_held_period_is_not_taken_for_the_old_one(
+    predictor: Predictor,
+) -> None:
+    # Held membound (84 ms at the held clocks); at 400 s gpt (~309 ms there, strong harmonics) at about the same
+    # power. Cycles counted near 84 ms in gpt's harmonics used to pass as "the period persists": the change was
+    # confirmed 113 s late. A steady (folded) phase must still fold to persist.
+    schedule = [(0.0, preset_workload("membound")), (400.0, preset_workload("gpt"))]
+    gpu = SimulatedGPU(schedule, seed=1, allow_clock_writes=True, config=SimConfig(history_s=600.0))
+    controller = Controller(gpu, predictor=predictor)
+    controller.run(480.0)
+    holds = [d for d in controller.decisions if d.event == "hold" and d.t_s < 400.0]
+    assert holds  # the change comes while holding
+    changes = [d.t_s for d in controller.decisions if d.event == "phase_change"]
+    assert changes and 400.0 < changes[0] < 400.0 + 40.0
+
+
 def test_idle_resets_to_default_clocks_and_work_resumes_the_known_phase(predictor: Predictor) -> None:
     schedule = [
         (0.0, preset_workload("membound")),

@@ -65,11 +65,15 @@ def has_changed(
             f"{est.period_s * 1e3:.1f} ms)"  # type: ignore[operator]
         )
     if reference.period_s is not None and est.period_s is None and est.verdict is not Verdict.ALIAS_RISK:
-        # The window's own search failed; a period that still shows is no change (see period_persists).
+        # The window's own search failed; a period that still shows is no change (see period_persists). A steady
+        # phase (its period folded) must still fold: cycles counted near it can be a new job's harmonics.
+        counted = reference.method != "fold"
         kept, how = (
             (None, "")
             if estimate is not None
-            else period_persists(t_s, power_w, reference.period_s, tolerance=period_tolerance, config=config)
+            else period_persists(
+                t_s, power_w, reference.period_s, tolerance=period_tolerance, config=config, count=counted
+            )
         )
         if kept is None:
             why = f" ({how})" if how else ""
