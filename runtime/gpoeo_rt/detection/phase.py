@@ -11,9 +11,8 @@ import numpy.typing as npt
 
 from gpoeo_rt.detection.period import DetectorConfig, PeriodEstimate, Verdict, detect_period, period_persists
 
-
 # How close to a steady phase's period a window that lost its own period must still fold to be that phase: a
-# 2 s window of it folds within ~1% of it (simulated presets); a harmonic of a new job can fold 5-10% away.
+# 2 s window of it folds within 0.5% of it (simulated membound); a new job's harmonic can fold 5-10% away.
 STEADY_PERSIST_TOLERANCE = 0.03
 
 
@@ -78,9 +77,7 @@ def has_changed(
         kept, how = (
             (None, "")
             if estimate is not None
-            else period_persists(
-                t_s, power_w, reference.period_s, tolerance=near, config=config, count=counted
-            )
+            else period_persists(t_s, power_w, reference.period_s, tolerance=near, config=config, count=counted)
         )
         if kept is None:
             why = f" ({how})" if how else ""
