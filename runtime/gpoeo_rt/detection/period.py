@@ -1572,10 +1572,9 @@ def period_persists(
     *,
     tolerance: float,
     config: DetectorConfig | None = None,
-    count: bool = True,
 ) -> tuple[float | None, str]:
     """The period near `period_s` (within `tolerance`) that a window without a period of its own still shows (None:
-    it does not), and how. `count`: also by counting cycles (for a jittery phase; a steady one must still fold).
+    it does not), and how.
 
     A window's own search must find a period among all candidates and prove it across sub-windows; a phase that
     goes on only has to keep the one it had. It still shows when the best fold within the tolerance explains as
@@ -1605,7 +1604,7 @@ def period_persists(
         if not choice.issue and abs(choice.period / p - 1.0) <= tolerance:
             return p, f"still folds at {p * 1e3:.1f} ms (r2 {r2:.2f})"
         why = f"{p * 1e3:.1f} ms folds, but as a multiple of {choice.period * 1e3:.1f} ms"
-    c = _count_near(y, seg.dt_s, period_s, cfg) if count else None
+    c = _count_near(y, seg.dt_s, period_s, cfg)
     if c is None:
         return None, why
     t_lo = max(t_lo, cfg.count_min_samples * seg.dt_s)

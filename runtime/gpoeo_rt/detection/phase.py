@@ -11,8 +11,8 @@ import numpy.typing as npt
 
 from gpoeo_rt.detection.period import DetectorConfig, PeriodEstimate, Verdict, detect_period, period_persists
 
-# How close to a steady phase's period a window that lost its own period must still fold to be that phase: a
-# 2 s window of it folds within 0.5% of it (simulated membound); a new job's harmonic can fold 5-10% away.
+# How close to a steady phase's period a window that lost its own period must still show it to be that phase: a
+# 2 s window of it folds within 0.5% of it (simulated membound); a new job's harmonic can show 5-10% away.
 STEADY_PERSIST_TOLERANCE = 0.03
 
 
@@ -26,11 +26,11 @@ def phase_persists(
     config: DetectorConfig | None = None,
 ) -> tuple[float | None, str]:
     """Does a window that lost its own period still show the phase's (`period_persists`), found by `method`? A
-    steady (folded) phase must still fold, near its own period: cycles counted near it, or a fold a few percent
-    off it, can be a new job's harmonics (1/4 of a 309 ms gpt folded 8% off a held 84 ms membound)."""
+    folded phase must show within 3% of its own period: a fold or a count a few percent off it can be a new job's
+    harmonics (1/4 of a 309 ms gpt folded 8% off a held 84 ms membound)."""
     if method == "fold":
         tolerance = min(tolerance, STEADY_PERSIST_TOLERANCE)
-    return period_persists(t_s, power_w, period_s, tolerance=tolerance, config=config, count=method != "fold")
+    return period_persists(t_s, power_w, period_s, tolerance=tolerance, config=config)
 
 
 @dataclass(frozen=True)
