@@ -44,6 +44,7 @@ from gpoeo_rt.detection import (
     has_changed,
     period_from_markers,
     period_persists,
+    phase_persists,
     window_for_periods,
 )
 from gpoeo_rt.device.base import GPU
@@ -1059,7 +1060,14 @@ class Controller:
         lost = self._hold_ref is None or est.verdict is Verdict.INSUFFICIENT_DATA  # has_changed did not judge it
         if lost and m.period_s is None and not marked:
             # The window's own search failed; the phase's period (as expected at these clocks) may still show.
-            kept, how = period_persists(window.t_s, window.power_w, expected, tolerance=cfg.period_tolerance)
+            # The same rule as has_changed's; before the held clocks' reference, the expected period is a
+            # prediction, so anything near it counts.
+            args = (window.t_s, window.power_w, expected)
+            kept, how = (
+                phase_persists(*args, self._hold_ref.method, tolerance=cfg.period_tolerance)
+                if self._hold_ref is not None
+                else period_persists(*args, tolerance=cfg.period_tolerance)
+            )
             if kept is not None:
                 est = replace(est, period_s=kept, verdict=Verdict.OK, message=f"{est.message}; the period {how}")
                 m = self._reduce(window, est)

@@ -16,7 +16,7 @@ from gpoeo_rt.detection.period import (
     prepare_signal,
     window_for_periods,
 )
-from gpoeo_rt.detection.phase import ChangeVerdict, has_changed
+from gpoeo_rt.detection.phase import ChangeVerdict, has_changed, phase_persists
 
 __all__ = [
     "MARKERS",
@@ -35,6 +35,7 @@ __all__ = [
     "min_resolvable_period",
     "period_from_markers",
     "period_persists",
+    "phase_persists",
     "prepare_signal",
     "window_for_periods",
 ]

@@ -11,6 +11,27 @@ import numpy.typing as npt
 
 from gpoeo_rt.detection.period import DetectorConfig, PeriodEstimate, Verdict, detect_period, period_persists
 
+# How close to a steady phase's period a window that lost its own period must still show it to be that phase: a
+# 2 s window of it folds within 0.5% of it (simulated membound); a new job's harmonic can show 5-10% away.
+STEADY_PERSIST_TOLERANCE = 0.03
+
+
+def phase_persists(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    period_s: float,
+    method: str,
+    *,
+    tolerance: float,
+    config: DetectorConfig | None = None,
+) -> tuple[float | None, str]:
+    """Does a window that lost its own period still show the phase's (`period_persists`), found by `method`? A
+    folded phase must show within 3% of its own period: a fold or a count a few percent off it can be a new job's
+    harmonics (1/4 of a 309 ms gpt folded 8% off a held 84 ms membound)."""
+    if method == "fold":
+        tolerance = min(tolerance, STEADY_PERSIST_TOLERANCE)
+    return period_persists(t_s, power_w, period_s, tolerance=tolerance, config=config)
+
 
 @dataclass(frozen=True)
 class ChangeVerdict:
@@ -65,11 +86,13 @@ def has_changed(
             f"{est.period_s * 1e3:.1f} ms)"  # type: ignore[operator]
         )
     if reference.period_s is not None and est.period_s is None and est.verdict is not Verdict.ALIAS_RISK:
-        # The window's own search failed; a period that still shows is no change (see period_persists).
+        # The window's own search failed; a period that still shows is no change (see phase_persists).
         kept, how = (
             (None, "")
             if estimate is not None
-            else period_persists(t_s, power_w, reference.period_s, tolerance=period_tolerance, config=config)
+            else phase_persists(
+                t_s, power_w, reference.period_s, reference.method, tolerance=period_tolerance, config=config
+            )
         )
         if kept is None:
             why = f" ({how})" if how else ""
