@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 from gpoeo_rt.bench.harness import JobTruth, decided_clock_changes, score_job, score_parts
+from gpoeo_rt.bench.report import bias_and_worst
 from gpoeo_rt.controller.controller import Controller, ControllerConfig
 from gpoeo_rt.daemon.accounting import SavingsMeter
 from gpoeo_rt.device import SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
@@ -62,8 +62,9 @@ def _pct(fraction: float | None) -> float | None:
 
 def _errors(rows: list[dict[str, Any]], key: str) -> tuple[float | None, float | None]:
     """Mean and worst of claimed minus true `key` (points) over the rows where both are known."""
-    diffs = [r["claimed_" + key] - r[key] for r in rows if r["claimed_" + key] is not None and r[key] is not None]
-    return (statistics.mean(diffs), max(diffs, key=abs)) if diffs else (None, None)
+    return bias_and_worst(
+        [r["claimed_" + key] - r[key] for r in rows if r["claimed_" + key] is not None and r[key] is not None]
+    )
 
 
 def run_job(
@@ -124,13 +125,15 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         r["claimed_held_saving_pct"] for r in ok if r["at_reference"] and r["claimed_held_saving_pct"] is not None
     ]
     held, cost = _errors(ok, "held_saving_pct"), _errors(ok, "exploration_cost_pct")
+    saving_bias, saving_worst = bias_and_worst(saving)
+    slowdown_bias, slowdown_worst = bias_and_worst(slowdown)
     return {
         "jobs": len(rows),
         "with_claim": len(ok),
-        "saving_bias_pts": statistics.mean(saving),
-        "saving_worst_pts": max(saving, key=abs),
-        "slowdown_bias_pts": statistics.mean(slowdown),
-        "slowdown_worst_pts": max(slowdown, key=abs),
+        "saving_bias_pts": saving_bias,
+        "saving_worst_pts": saving_worst,
+        "slowdown_bias_pts": slowdown_bias,
+        "slowdown_worst_pts": slowdown_worst,
         "hidden_over": sum(r["hidden_over"] for r in rows),
         "under_bound_over": sum(r["under_bound_over"] for r in rows),
         "at_reference_worst_pts": max(at_ref, key=abs) if at_ref else None,
@@ -139,7 +142,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "exploration_cost_bias_pts": cost[0],
         "exploration_cost_worst_pts": cost[1],
         "at_reference_held_worst_pts": max(at_ref_held, key=abs) if at_ref_held else None,
-        "counted_min": min(r["counted"] for r in ok),
+        "counted_min": min((r["counted"] for r in ok), default=None),
     }
 
 
@@ -181,9 +184,9 @@ def main() -> None:
         summary["markers" if markers else "signal"] = summarise([r for r in rows if r["markers"] is markers])
     for key, s in summary.items():
         print(
-            f"{key:8s} n={s['with_claim']}/{s['jobs']}  saving claim-truth mean {s['saving_bias_pts']:+.2f} worst "
-            f"{s['saving_worst_pts']:+.2f}  slowdown mean {s['slowdown_bias_pts']:+.2f} worst "
-            f"{s['slowdown_worst_pts']:+.2f}  over-but-within {s['hidden_over']} "
+            f"{key:8s} n={s['with_claim']}/{s['jobs']}  saving claim-truth mean {_fmt(s['saving_bias_pts'])} worst "
+            f"{_fmt(s['saving_worst_pts'])}  slowdown mean {_fmt(s['slowdown_bias_pts'])} worst "
+            f"{_fmt(s['slowdown_worst_pts'])}  over-but-within {s['hidden_over']} "
             f"(claim below {s['under_bound_over']})  at-reference worst {s['at_reference_worst_pts']}"
         )
         print(

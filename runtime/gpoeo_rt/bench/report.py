@@ -103,11 +103,13 @@ def claim_errors(results: Sequence[PolicyResult]) -> dict[str, float | None]:
         for r in claimed
         if r.final_clocks == r.reference_clocks and r.claimed_held_saving is not None
     ]
+    saving_bias, saving_worst = bias_and_worst(saving)
+    slowdown_bias, slowdown_worst = bias_and_worst(slowdown)
     return {
-        "claim_saving_bias_pts": statistics.mean(saving),
-        "claim_saving_worst_pts": max(saving, key=abs),
-        "claim_slowdown_bias_pts": statistics.mean(slowdown),
-        "claim_slowdown_worst_pts": max(slowdown, key=abs),
+        "claim_saving_bias_pts": saving_bias,
+        "claim_saving_worst_pts": saving_worst,
+        "claim_slowdown_bias_pts": slowdown_bias,
+        "claim_slowdown_worst_pts": slowdown_worst,
         "claim_hidden_violations": len(hidden),
         "claim_under_bound_violations": len(under),
         "claim_at_reference_worst_pts": max(at_reference, key=abs) if at_reference else None,
@@ -119,14 +121,20 @@ def claim_errors(results: Sequence[PolicyResult]) -> dict[str, float | None]:
     }
 
 
+def bias_and_worst(diffs: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and the largest in magnitude of claimed-minus-true differences; (None, None) when there are none."""
+    return (statistics.mean(diffs), max(diffs, key=abs)) if diffs else (None, None)
+
+
 def _errors(results: Sequence[PolicyResult], key: str) -> tuple[float | None, float | None]:
     """Mean and worst of claimed minus true `key` (points), over the runs where both are known."""
-    diffs = [
-        100 * (claimed - true)
-        for r in results
-        if (claimed := getattr(r, "claimed_" + key)) is not None and (true := getattr(r, key)) is not None
-    ]
-    return (statistics.mean(diffs), max(diffs, key=abs)) if diffs else (None, None)
+    return bias_and_worst(
+        [
+            100 * (claimed - true)
+            for r in results
+            if (claimed := getattr(r, "claimed_" + key)) is not None and (true := getattr(r, key)) is not None
+        ]
+    )
 
 
 CLAIM_KEYS = ("claim_saving_bias_pts", "claim_saving_worst_pts", "claim_slowdown_bias_pts", "claim_slowdown_worst_pts")

@@ -43,7 +43,6 @@ from gpoeo_rt.detection import (
     detect_period,
     has_changed,
     period_from_markers,
-    period_persists,
     phase_persists,
     window_for_periods,
 )
@@ -1062,12 +1061,8 @@ class Controller:
             # The window's own search failed; the phase's period (as expected at these clocks) may still show.
             # The same rule as has_changed's; before the held clocks' reference, the expected period is a
             # prediction, so anything near it counts.
-            args = (window.t_s, window.power_w, expected)
-            kept, how = (
-                phase_persists(*args, self._hold_ref.method, tolerance=cfg.period_tolerance)
-                if self._hold_ref is not None
-                else period_persists(*args, tolerance=cfg.period_tolerance)
-            )
+            method = None if self._hold_ref is None else self._hold_ref.method
+            kept, how = phase_persists(window.t_s, window.power_w, expected, method, tolerance=cfg.period_tolerance)
             if kept is not None:
                 est = replace(est, period_s=kept, verdict=Verdict.OK, message=f"{est.message}; the period {how}")
                 m = self._reduce(window, est)

@@ -20,14 +20,15 @@ def phase_persists(
     t_s: npt.ArrayLike,
     power_w: npt.ArrayLike,
     period_s: float,
-    method: str,
+    method: str | None,
     *,
     tolerance: float,
     config: DetectorConfig | None = None,
 ) -> tuple[float | None, str]:
     """Does a window that lost its own period still show the phase's (`period_persists`), found by `method`? A
     folded phase must show within 3% of its own period: a fold or a count a few percent off it can be a new job's
-    harmonics (1/4 of a 309 ms gpt folded 8% off a held 84 ms membound)."""
+    harmonics (1/4 of a 309 ms gpt folded 8% off a held 84 ms membound). Method None (the period only predicted,
+    not yet measured at these clocks): anything within `tolerance` counts."""
     if method == "fold":
         tolerance = min(tolerance, STEADY_PERSIST_TOLERANCE)
     return period_persists(t_s, power_w, period_s, tolerance=tolerance, config=config)
