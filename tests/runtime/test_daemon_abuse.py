@@ -28,7 +28,7 @@ import pytest
 
 from gpoeo_rt.bench.spoofing import SpoofedMarkerFeed
 from gpoeo_rt.controller import Controller, ControllerConfig, State
-from gpoeo_rt.daemon.control import ControlServer
+from gpoeo_rt.daemon.control import ControlError, ControlServer, request
 from gpoeo_rt.daemon.marker_check import CheckedSampler, marker_disagreement
 from gpoeo_rt.daemon.markers import MarkerAdmission, MarkerBoard, MarkerServer
 from gpoeo_rt.device import AnalyticWorkload, SimConfig, SimulatedGPU, SimulatedStepMarkers, preset_workload
@@ -281,6 +281,49 @@ def _ask(path: Path, payload: bytes, timeout_s: float = 3.0) -> dict[str, Any]:
     return reply
 
 
+def test_the_client_waits_out_a_full_listen_queue_and_names_the_socket_when_it_stays_full(tmp_path: Path) -> None:
+    """Another user may fill the listen queue: the client retries until its deadline rather than failing at once
+    (EAGAIN), gets its answer once the daemon drains the queue, and ends in a one-line error if it never does."""
+    import threading
+
+    path = tmp_path / "status.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(0)
+    flood = []
+    while True:  # fill the queue as a hostile user would
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(str(path))
+        except BlockingIOError:
+            s.close()
+            break
+        flood.append(s)
+    try:
+        with pytest.raises(ControlError, match=r"status\.sock within 0\.05 s"):
+            request(tmp_path, {"cmd": "status"}, timeout_s=0.05)
+
+        def drain_then_answer() -> None:
+            time.sleep(0.2)  # the client meets the full queue first
+            while True:
+                conn, _ = listener.accept()
+                conn.settimeout(0.2)
+                with conn, contextlib.suppress(TimeoutError):
+                    if conn.recv(4096).startswith(b'{"cmd"'):  # the flood sends nothing; the client does
+                        conn.sendall(b'{"ok": true}\n')
+                        return
+
+        server = threading.Thread(target=drain_then_answer)
+        server.start()
+        assert request(tmp_path, {"cmd": "status"}, timeout_s=5.0) == {"ok": True}
+        server.join(timeout=5.0)
+    finally:
+        for s in flood:
+            s.close()
+        listener.close()
+
+
 def test_bad_requests_get_a_one_line_answer_and_the_channel_lives(tmp_path: Path) -> None:
     seen: list[dict[str, Any]] = []
 
@@ -432,7 +475,7 @@ def test_ten_thousand_idle_connections_leave_the_daemon_unaffected(shared_dir: P
         answers = []
         for k in range(40):  # while they are all held: at least 5 answers, until a new decision came
             t0 = time.monotonic()
-            answers.append(_ask(run / "status.sock", b'{"cmd": "status"}\n')["status"])
+            answers.append(request(run, {"cmd": "status"}, timeout_s=3.0)["status"])  # the real client's way
             assert time.monotonic() - t0 < 2.0
             if k >= 4 and answers[-1]["gpus"][0]["decisions"] > before:
                 break

@@ -30,6 +30,7 @@ from typing import Any
 STATUS_SOCKET = "status.sock"
 CONTROL_SOCKET = "control.sock"
 MAX_REQUEST_BYTES = 4096  # the longest real request is under 100 bytes
+_LISTEN_BACKLOG = 1024  # a burst of connections queues rather than failing (the kernel caps it at somaxconn)
 MAX_DEPTH = 2
 READ_ONLY_COMMANDS = frozenset({"status"})
 CONTROL_COMMANDS = frozenset({"stop", "set"})
@@ -211,7 +212,7 @@ class ControlServer:
             if control and self._gid is not None:
                 os.chown(path, -1, self._gid)
             os.chmod(path, mode)
-            sock.listen(128)
+            sock.listen(_LISTEN_BACKLOG)
             sock.setblocking(False)
             self._listeners[sock.fileno()] = (sock, control, path)
             self._selector.register(sock, selectors.EVENT_READ)
@@ -341,6 +342,19 @@ class NoDaemonError(ControlError):
     """Nothing listens on the socket (none there, or a stale one): a client may try the next run dir."""
 
 
+def _connect_while_queue_full(sock: socket.socket, path: Path, deadline_s: float) -> None:
+    """Connect, retrying while the listen queue is full (EAGAIN): another user may be flooding it, and the daemon
+    drains it within milliseconds. TimeoutError at the deadline."""
+    while True:
+        try:
+            sock.connect(str(path))
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline_s:
+                raise TimeoutError(f"{path}: listen queue full") from None
+            time.sleep(0.01)
+
+
 def request(run_dir: str | Path, payload: dict[str, Any], *, timeout_s: float = 2.0) -> dict[str, Any]:
     """Send one request to a running daemon and return its reply (ControlError when there is none)."""
     cmd = payload.get("cmd")
@@ -349,7 +363,7 @@ def request(run_dir: str | Path, payload: dict[str, Any], *, timeout_s: float = 
     sock.settimeout(timeout_s)
     try:
         try:
-            sock.connect(str(path))
+            _connect_while_queue_full(sock, path, time.monotonic() + timeout_s)
         except (FileNotFoundError, NotADirectoryError):
             raise NoDaemonError(f"no gpoeo-rt daemon is running here ({path} does not exist)") from None
         except ConnectionRefusedError:
