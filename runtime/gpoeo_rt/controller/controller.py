@@ -10,7 +10,8 @@ logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
     any state --stop() or an exception in step()--> STOPPED (clocks reset)
 
 A profiling window that the detector wants longer, to tell a wandering period from an alias, is not counted among
-the three failures: the next window is as long as it asks (see `_step_profiling`).
+the three failures: the next window is as long as it asks (see `_step_profiling`). One whose power ends at the idle
+level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure.
 
 Measurements: the period (time per iteration) comes from the training loop's step markers when it sends them
 (enough of them in the window: `_estimate`), else from the power samples (detection layer); a phase keeps the source
@@ -42,6 +43,7 @@ from gpoeo_rt.detection import (
     Verdict,
     detect_period,
     has_changed,
+    idle_tail_s,
     period_from_markers,
     phase_persists,
     window_for_periods,
@@ -538,6 +540,15 @@ class Controller:
         # Idle whatever the detector says: an idle H200's buffered power carries a 10 Hz artefact that folds.
         if self._is_idle(window):
             return self._enter_idle(f"no GPU activity (feat_sm_active < {cfg.idle_sm_active}) while profiling", info)
+        # A window whose activity ends before it does (the job ended or paused inside it) gives no period: its idle
+        # tail would count as one long iteration. A failure, so that a job pausing at every window cannot keep
+        # profiling for ever; the candidate and the window length stay, and the next window tells which it was.
+        if (tail_s := idle_tail_s(window.t_s, window.power_w)) > 0.0:
+            self._prof_failures += 1
+            why = f"the power sits at its idle level for the window's last {tail_s:.1f} s (the job ended or paused)"
+            if self._prof_failures >= cfg.max_profile_failures:
+                return self._enter_fallback(why, info)
+            return self._decide("ends_idle", State.PROFILING, f"{why}: no period from this window", **info)
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)

@@ -1,5 +1,6 @@
 """Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
 
+from gpoeo_rt.detection.activity import idle_tail_s
 from gpoeo_rt.detection.markers import MARKERS, SIGNAL, period_from_markers
 from gpoeo_rt.detection.period import (
     DetectorConfig,
@@ -32,6 +33,7 @@ __all__ = [
     "detect_period_uniform",
     "fold_r2",
     "has_changed",
+    "idle_tail_s",
     "min_resolvable_period",
     "period_from_markers",
     "period_persists",
