@@ -166,7 +166,7 @@ def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predi
 def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: Predictor) -> None:
     """The held-out recordings of real jittery jobs (no threshold was set on them): from the recording's start and
     every 3 s of the job, no baseline is more than 5% off the mean true iteration time over its own windows (the
-    issue's bar; one start of gpt_64_p50 is 3.05% off, see docs/jitter.md), and the steady one resolves within 2%
+    issue's bar; docs/jitter.md lists the worst), and the steady one resolves within 2%
     from every start (scripts/bench_jitter.py --set real reports how many jittery starts resolve). A start 5.9 s
     before gpt_32_0-80's last iteration was 5.3% off before windows ending in idle gave no period."""
     steady = folder.name == "resnet_512"
@@ -189,6 +189,17 @@ def test_a_window_that_runs_past_the_jobs_end_gives_no_baseline(predictor: Predi
     outcome = profile_replay(folder, iterations.phases()[0].end_s - 5.9, predictor)
     assert outcome.conclusion != "baseline", (outcome.events, outcome.window_error)
     assert [e.split(":")[0] for e in outcome.events[:3]] == ["period_candidate", "ends_idle", "idle"]
+
+
+@pytest.mark.parametrize("offset_s", [49.5, 57.5])
+def test_folds_short_of_the_mean_under_long_stalls_give_the_counted_mean(offset_s: float, predictor: Predictor) -> None:
+    """gpt_64_p50 (Pareto host stalls up to 0.85 s): from these starts two windows fold at the typical iteration
+    (292-298 ms) while their mean iterations ran 300-333 ms; the baselines were 3.33% and 3.05% short. Counted
+    over both windows near the fold, the baseline is the mean."""
+    folder = JITTER / "gpt_64_p50"
+    outcome = profile_replay(folder, start_times(folder)[0] + offset_s, predictor)
+    assert outcome.conclusion == "baseline", outcome.events
+    assert outcome.window_error is not None and abs(outcome.window_error) <= 0.01, (outcome.events, outcome)
 
 
 @pytest.mark.parametrize(("folder", "from_s"), [(SHARED / "resnet_128_20", 12.0), (LIVE / "resnet_128_20", 1.0)])

@@ -41,6 +41,7 @@ from gpoeo_rt.detection import (
     DetectorConfig,
     PeriodEstimate,
     Verdict,
+    counted_period_near,
     detect_period,
     has_changed,
     idle_tail_s,
@@ -65,6 +66,10 @@ Clocks = tuple[int, int]
 _COUNTER_FRESH_S = 0.5
 # Drift checks: the held config's power is compared over spans this long (two hold intervals at the longest).
 _DRIFT_SPAN_S = 60.0
+# A baseline's two folds may be short of the counted mean iteration time by this much (relative) when host stalls
+# moved the iterations' phase: less is within the count's precision; more than half an iteration of stall per
+# iteration is beyond what a count near the fold can measure (its band spans about 0.65-1.2 of the fold).
+_FOLD_SHORT = (0.01, 0.5)
 
 
 @dataclass(frozen=True)
@@ -623,10 +628,18 @@ class Controller:
         # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
         timing = m2.estimate.timing
         joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
+        method, spread = m2.estimate.method, max(m1.estimate.spread, m2.estimate.spread)
         if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
             m1.estimate, m2.estimate
         ):
             period = joint.period_s
+        elif timing == SIGNAL and m1.estimate.method == m2.estimate.method == "fold":
+            # Two folds, not one over both windows: the iterations' phase moved between them. A fold lines up the
+            # typical iteration; where long host stalls moved it, the mean iteration time (counted) is longer.
+            counted = counted_period_near(*_concat([w1, w2]), period)
+            if counted is not None and _FOLD_SHORT[0] <= counted[0] / period - 1.0 <= _FOLD_SHORT[1]:
+                period, spread = counted
+                method = "count"
         power = self._window_power([w1, w2], period if timing == MARKERS else None)
         info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power, "timing": timing}
         mean_counters = {
@@ -636,8 +649,7 @@ class Controller:
             for name in FEATURE_NAMES
         }
         confidence = min(m1.estimate.confidence, m2.estimate.confidence)
-        spread = max(m1.estimate.spread, m2.estimate.spread)
-        baseline = Baseline(period, power, mean_counters, timing, confidence, m2.estimate.method, spread)
+        baseline = Baseline(period, power, mean_counters, timing, confidence, method, spread)
         self._baseline = baseline
         cfg = self.config
         for record in self.phases:
