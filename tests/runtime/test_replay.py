@@ -226,6 +226,21 @@ def test_9_8_ms_iterations_never_get_a_baseline_however_long_profiling_runs(
         assert outcome.conclusion == "fallback", outcome.events
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (session 6): a matched-template alias window (90.1 ms) pairs with a counted one (82.7 ms) "
+    "into an 86.4 ms baseline, +779% (docs/jitter.md); pairing only like with like mends it but costs real jobs",
+)
+def test_a_real_9_8_ms_phase_gets_no_alias_baseline_from_1_s_in(predictor: Predictor) -> None:
+    """The shared recording's 9.8 ms MLP phase, replayed from 1.0 s after its first iteration (the replay tests
+    above start on a 2 s grid and the looped ones elsewhere, so none caught it; scripts/bench_profiling.py does)."""
+    folder = SHARED / "gpt_16-mlp_65536"
+    iterations = read_iterations(folder)
+    assert iterations is not None
+    outcome = profile_replay(folder, iterations.phases()[1].start_s + 1.0, predictor)
+    assert outcome.conclusion != "baseline", (outcome.events, outcome.period_s)
+
+
 @pytest.mark.parametrize(
     ("folder", "offsets_s"), [(LIVE / "gpt_16-mlp_65536", (0.0, 8.0)), (SHARED / "gpt_16-mlp_65536", (6.0,))]
 )
