@@ -625,7 +625,8 @@ class Controller:
         weights = (m1.window_s, m2.window_s)
         period = float(np.average([m1.period_s, m2.period_s], weights=weights))
         # Both windows as one, for precision (every ratio is relative to this period). The two already agree, so
-        # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
+        # the search is narrowed to their neighbourhood; if the joint fit fails, the average stays (or, for two
+        # folds, the count over both windows: below).
         timing = m2.estimate.timing
         joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
         method, spread = m2.estimate.method, max(m1.estimate.spread, m2.estimate.spread)
