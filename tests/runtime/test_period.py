@@ -17,6 +17,7 @@ from gpoeo_rt.detection.period import (
     Verdict,
     _detect_folded,
     average_power_from_energy,
+    counted_period_near,
     detect_period,
     fold_r2,
     min_resolvable_period,
@@ -311,6 +312,48 @@ def test_wandering_acceptance_adds_nothing_on_real_9_8_ms_iterations(folder: str
         seg = prepare_signal(t[m], p[m]).longest
         assert seg is not None
         assert repr(_detect_folded(seg, default, None)) == repr(_detect_folded(seg, strict, None))
+
+
+def _stall_job(period_s: float, long_stall_s: float, seed: int, dt: float = 0.02) -> tuple[np.ndarray, ...]:
+    """12 s of a job whose iterations are 2/3 compute (700 W falling to 400 W) and 1/3 host stall (125 W), of
+    period_s (+-10 ms), but about one in eight waits long_stall_s more; and the true mean iteration time over the
+    window."""
+    rng = np.random.default_rng(seed)
+    waits = [(long_stall_s if rng.random() < 0.12 else 0.0) + rng.uniform(-0.01, 0.01) for _ in range(200)]
+    starts = np.cumsum([0.0] + [period_s + w for w in waits])
+    t = np.arange(0.0, 12.0, dt)
+    tau = t - starts[np.searchsorted(starts, t, side="right") - 1]
+    compute = 2.0 * period_s / 3.0
+    power = np.where(tau < compute, 700.0 - 300.0 * tau / compute, 125.0) + rng.normal(0.0, 5.0, len(t))
+    inside = starts[(starts >= t[0]) & (starts <= t[-1])]
+    return t, power, np.array((inside[-1] - inside[0]) / (len(inside) - 1))
+
+
+def test_counted_period_near_a_fold_gives_the_mean_where_long_stalls_shorten_the_fold() -> None:
+    """A fold lines up the typical iteration: a long host stall only moves the phase of what follows. Counted
+    near the folded period, the window gives its mean iteration time (the span over the count): within 2% here,
+    and, where stalls are shorter (0.3 s), nearer the mean than the fold wherever it gives a count (a long
+    iteration counted as two leaves it up to 5% short on these jobs)."""
+    t, p, truth = _stall_job(0.3, 0.5, seed=0)
+    fold = detect_period(t, p)
+    assert fold.method == "fold" and fold.period_s is not None and fold.period_s < 0.9 * float(truth)
+    counted = counted_period_near(t, p, fold.period_s)
+    assert counted is not None and counted[0] == pytest.approx(float(truth), rel=0.02)
+    given = 0
+    for seed in range(6):
+        t, p, truth = _stall_job(0.3, 0.3, seed=seed)
+        fold = detect_period(t, p)
+        assert fold.period_s is not None, seed
+        if (counted := counted_period_near(t, p, fold.period_s)) is not None:
+            given += 1
+            assert abs(counted[0] - float(truth)) < abs(fold.period_s - float(truth)), seed
+    assert given >= 3
+    # A steady job counts as it folds; cycles under 5 samples are not counted.
+    t, p, truth = _stall_job(0.3, 0.0, seed=1)
+    counted = counted_period_near(t, p, 0.3)
+    assert counted is not None and counted[0] == pytest.approx(float(truth), rel=0.005)
+    t, p, truth = _stall_job(0.08, 0.0, seed=2)
+    assert counted_period_near(t, p, 0.08) is None
 
 
 def test_synthetic_wandering_50_ms_jobs_report_their_mean_period() -> None:

@@ -37,12 +37,6 @@ SHARED, LIVE = TRACES / "h200", TRACES / "h200-live"
 JITTER = TRACES / "h200-jitter"  # real jittery jobs, held out: checked here, never tuned on
 JITTER_2 = TRACES / "h200-jitter-2"  # a second set, recorded while issue 17's detection changed elsewhere
 REAL_JITTERY = sorted(d for root in (JITTER, JITTER_2) for d in root.iterdir() if d.is_dir())
-# Known miss (held out, found when the second set was added): a start 6 s before gpt_32_0-80's last iteration
-# takes a baseline from windows that run past the job's end, 5.3% off (docs/jitter.md).
-_ENDS_IN_WINDOW = pytest.mark.xfail(strict=True, reason="baseline from windows spanning the job's end: 5.3% off")
-WRONG_BASELINE_CASES = [
-    pytest.param(d, marks=_ENDS_IN_WINDOW) if d == JITTER_2 / "gpt_32_0-80" else d for d in REAL_JITTERY
-]
 MODELS = Path(__file__).resolve().parents[2] / "models"
 BUFFERED = [
     SHARED / "resnet_512",
@@ -168,12 +162,13 @@ def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predi
         assert outcome.clock_writes == 0
 
 
-@pytest.mark.parametrize("folder", WRONG_BASELINE_CASES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("folder", REAL_JITTERY, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: Predictor) -> None:
     """The held-out recordings of real jittery jobs (no threshold was set on them): from the recording's start and
     every 3 s of the job, no baseline is more than 5% off the mean true iteration time over its own windows (the
-    issue's bar; one start of gpt_64_p50 is 3.05% off, see docs/jitter.md), and the steady one resolves within 2%
-    from every start (scripts/bench_jitter.py --set real reports how many jittery starts resolve)."""
+    issue's bar; docs/jitter.md lists the worst), and the steady one resolves within 2%
+    from every start (scripts/bench_jitter.py --set real reports how many jittery starts resolve). A start 5.9 s
+    before gpt_32_0-80's last iteration was 5.3% off before windows ending in idle gave no period."""
     steady = folder.name == "resnet_512"
     for start in start_times(folder, step_s=3.0):
         outcome = profile_replay(folder, start, predictor)
@@ -182,6 +177,29 @@ def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: P
         if steady and outcome.phase is not None and verdict(outcome) != "cut":
             assert verdict(outcome) == "ok", outcome.events
         assert outcome.clock_writes == 0
+
+
+def test_a_window_that_runs_past_the_jobs_end_gives_no_baseline(predictor: Predictor) -> None:
+    """gpt_32_0-80 from 5.9 s before its last iteration: a 3 s window, then a 3.45 s one that ends 0.55 s into the
+    idle GPU. Counted, that window's idle tail was one more long iteration (187.6 ms where its iterations took
+    170 ms) and the pair gave a baseline 5.3% off; now the window is refused and the next one finds the GPU idle."""
+    folder = JITTER_2 / "gpt_32_0-80"
+    iterations = read_iterations(folder)
+    assert iterations is not None
+    outcome = profile_replay(folder, iterations.phases()[0].end_s - 5.9, predictor)
+    assert outcome.conclusion != "baseline", (outcome.events, outcome.window_error)
+    assert [e.split(":")[0] for e in outcome.events[:3]] == ["period_candidate", "ends_idle", "idle"]
+
+
+@pytest.mark.parametrize("offset_s", [49.5, 57.5])
+def test_folds_short_of_the_mean_under_long_stalls_give_the_counted_mean(offset_s: float, predictor: Predictor) -> None:
+    """gpt_64_p50 (Pareto host stalls up to 0.85 s): from these starts two windows fold at the typical iteration
+    (292-298 ms) while their mean iterations ran 300-333 ms; the baselines were 3.33% and 3.05% short. Counted
+    over both windows near the fold, the baseline is the mean."""
+    folder = JITTER / "gpt_64_p50"
+    outcome = profile_replay(folder, start_times(folder)[0] + offset_s, predictor)
+    assert outcome.conclusion == "baseline", outcome.events
+    assert outcome.window_error is not None and abs(outcome.window_error) <= 0.01, (outcome.events, outcome)
 
 
 @pytest.mark.parametrize(("folder", "from_s"), [(SHARED / "resnet_128_20", 12.0), (LIVE / "resnet_128_20", 1.0)])
@@ -206,6 +224,21 @@ def test_9_8_ms_iterations_never_get_a_baseline_however_long_profiling_runs(
     assert all(o.phase is not None and o.phase.period_s < RESOLVABLE_S for o in rows)
     for outcome in rows:
         assert outcome.conclusion == "fallback", outcome.events
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss (session 6): a matched-template alias window (90.1 ms) pairs with a counted one (82.7 ms) "
+    "into an 86.4 ms baseline, +779% (docs/jitter.md); pairing only like with like mends it but costs real jobs",
+)
+def test_a_real_9_8_ms_phase_gets_no_alias_baseline_from_1_s_in(predictor: Predictor) -> None:
+    """The shared recording's 9.8 ms MLP phase, replayed from 1.0 s after its first iteration (the replay tests
+    above start on a 2 s grid and the looped ones elsewhere, so none caught it; scripts/bench_profiling.py does)."""
+    folder = SHARED / "gpt_16-mlp_65536"
+    iterations = read_iterations(folder)
+    assert iterations is not None
+    outcome = profile_replay(folder, iterations.phases()[1].start_s + 1.0, predictor)
+    assert outcome.conclusion != "baseline", (outcome.events, outcome.period_s)
 
 
 @pytest.mark.parametrize(

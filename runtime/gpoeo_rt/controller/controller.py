@@ -10,7 +10,8 @@ logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
     any state --stop() or an exception in step()--> STOPPED (clocks reset)
 
 A profiling window that the detector wants longer, to tell a wandering period from an alias, is not counted among
-the three failures: the next window is as long as it asks (see `_step_profiling`).
+the three failures: the next window is as long as it asks (see `_step_profiling`). One whose power ends at the idle
+level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure.
 
 Measurements: the period (time per iteration) comes from the training loop's step markers when it sends them
 (enough of them in the window: `_estimate`), else from the power samples (detection layer); a phase keeps the source
@@ -40,8 +41,10 @@ from gpoeo_rt.detection import (
     DetectorConfig,
     PeriodEstimate,
     Verdict,
+    counted_period_near,
     detect_period,
     has_changed,
+    idle_tail_s,
     period_from_markers,
     phase_persists,
     window_for_periods,
@@ -63,6 +66,10 @@ Clocks = tuple[int, int]
 _COUNTER_FRESH_S = 0.5
 # Drift checks: the held config's power is compared over spans this long (two hold intervals at the longest).
 _DRIFT_SPAN_S = 60.0
+# A baseline's two folds may be short of the counted mean iteration time by this much (relative) when host stalls
+# moved the iterations' phase: less is within the count's precision; more than half an iteration of stall per
+# iteration is beyond what a count near the fold can measure (its band spans about 0.65-1.2 of the fold).
+_FOLD_SHORT = (0.01, 0.5)
 
 
 @dataclass(frozen=True)
@@ -538,6 +545,15 @@ class Controller:
         # Idle whatever the detector says: an idle H200's buffered power carries a 10 Hz artefact that folds.
         if self._is_idle(window):
             return self._enter_idle(f"no GPU activity (feat_sm_active < {cfg.idle_sm_active}) while profiling", info)
+        # A window whose activity ends before it does (the job ended or paused inside it) gives no period: its idle
+        # tail would count as one long iteration. A failure, so that a job pausing at every window cannot keep
+        # profiling for ever; the candidate and the window length stay, and the next window tells which it was.
+        if (tail_s := idle_tail_s(window.t_s, window.power_w)) > 0.0:
+            self._prof_failures += 1
+            why = f"the power sits at its idle level for the window's last {tail_s:.1f} s (the job ended or paused)"
+            if self._prof_failures >= cfg.max_profile_failures:
+                return self._enter_fallback(why, info)
+            return self._decide("ends_idle", State.PROFILING, f"{why}: no period from this window", **info)
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
@@ -609,13 +625,22 @@ class Controller:
         weights = (m1.window_s, m2.window_s)
         period = float(np.average([m1.period_s, m2.period_s], weights=weights))
         # Both windows as one, for precision (every ratio is relative to this period). The two already agree, so
-        # the search is narrowed to their neighbourhood; the average stays if the joint fit fails.
+        # the search is narrowed to their neighbourhood; if the joint fit fails, the average stays (or, for two
+        # folds, the count over both windows: below).
         timing = m2.estimate.timing
         joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
+        method, spread = m2.estimate.method, max(m1.estimate.spread, m2.estimate.spread)
         if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
             m1.estimate, m2.estimate
         ):
             period = joint.period_s
+        elif timing == SIGNAL and m1.estimate.method == m2.estimate.method == "fold":
+            # Two folds, not one over both windows: the iterations' phase moved between them. A fold lines up the
+            # typical iteration; where long host stalls moved it, the mean iteration time (counted) is longer.
+            counted = counted_period_near(*_concat([w1, w2]), period)
+            if counted is not None and _FOLD_SHORT[0] <= counted[0] / period - 1.0 <= _FOLD_SHORT[1]:
+                period, spread = counted
+                method = "count"
         power = self._window_power([w1, w2], period if timing == MARKERS else None)
         info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power, "timing": timing}
         mean_counters = {
@@ -625,8 +650,7 @@ class Controller:
             for name in FEATURE_NAMES
         }
         confidence = min(m1.estimate.confidence, m2.estimate.confidence)
-        spread = max(m1.estimate.spread, m2.estimate.spread)
-        baseline = Baseline(period, power, mean_counters, timing, confidence, m2.estimate.method, spread)
+        baseline = Baseline(period, power, mean_counters, timing, confidence, method, spread)
         self._baseline = baseline
         cfg = self.config
         for record in self.phases:

@@ -1,5 +1,6 @@
 """Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
 
+from gpoeo_rt.detection.activity import idle_tail_s
 from gpoeo_rt.detection.markers import MARKERS, SIGNAL, period_from_markers
 from gpoeo_rt.detection.period import (
     DetectorConfig,
@@ -8,6 +9,7 @@ from gpoeo_rt.detection.period import (
     UniformSignal,
     Verdict,
     average_power_from_energy,
+    counted_period_near,
     detect_period,
     detect_period_uniform,
     fold_r2,
@@ -28,10 +30,12 @@ __all__ = [
     "UniformSignal",
     "Verdict",
     "average_power_from_energy",
+    "counted_period_near",
     "detect_period",
     "detect_period_uniform",
     "fold_r2",
     "has_changed",
+    "idle_tail_s",
     "min_resolvable_period",
     "period_from_markers",
     "period_persists",

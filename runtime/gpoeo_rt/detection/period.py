@@ -1587,6 +1587,33 @@ def _segment_cycles(
     return _mean_period(failed, s.period, conf, s.r2, s.sub_periods, s.spread, "template", message)
 
 
+def counted_period_near(
+    t_s: npt.ArrayLike,
+    power_w: npt.ArrayLike,
+    period_s: float,
+    *,
+    config: DetectorConfig | None = None,
+    min_samples: float = 5.0,
+) -> tuple[float, float] | None:
+    """The mean iteration time of a window whose iterations run near `period_s`, by counting cycles (the span over
+    the count), and the spread of single cycles; None where the count is not trustworthy: cycles under min_samples
+    samples (a 60 ms +-10% job counted 1.9% long at 3 samples a cycle), under count_min_cycles of them, phase
+    slips, or counts at two band centres that disagree. A fold lines up the typical iteration, so where long host
+    stalls sit in the window, the count's mean is longer than the fold (docs/jitter.md, session 6)."""
+    cfg = config or DetectorConfig()
+    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
+    seg = prep.longest
+    if seg is None or seg.n < 32 or seg.held or not period_s >= min_samples * seg.dt_s:
+        return None
+    y = _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
+    c = _count_near(y, seg.dt_s, period_s, cfg)
+    if c is None or c.cycles < cfg.count_min_cycles or c.slips > cfg.count_max_slips:
+        return None
+    if c.agreement > cfg.count_agreement:
+        return None
+    return c.period, c.spread
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Holding: does a known period still show?
 
