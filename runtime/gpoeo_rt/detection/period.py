@@ -191,6 +191,10 @@ class DetectorConfig:
     # Segments alternating long / short are a longer iteration split in two (a 500 ms pulse job segments at
     # 252 ms): consecutive lengths then anti-correlate (tuning jobs >= -0.32).
     template_min_lag1: float = -0.5
+    # Host stalls idle the SMs, and an H200's power falls toward idle (~25% of its busy level) within 60 ms: a job
+    # whose iterations are parted by stalls varies its power by far more than this share of its level (std over
+    # mean: the real H200 stall jobs 0.28-0.46), where the alias of 9.8 ms iterations varies by 0.08-0.12.
+    template_min_swing: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -1204,7 +1208,12 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
             passed.append(c)
     if not passed:
         why = "; counting cycles found none: " + ("; ".join(rejected[:3]) if rejected else "no candidate")
-        return _segment_cycles(y, dt, counted, replace(failed, message=failed.message + why), t_lo, t_hi, cfg)
+        failed = replace(failed, message=failed.message + why)
+        level = float(np.mean(x))
+        if level > 0.0 and float(y.std()) < cfg.template_min_swing * level:
+            swing = float(y.std()) / level
+            return replace(failed, message=failed.message + f"; power varies by {swing:.0%} of its level: no stalls")
+        return _segment_cycles(y, dt, counted, failed, t_lo, t_hi, cfg)
     best = max(c.phase_r2 for c in passed)
     c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
