@@ -1210,8 +1210,8 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
         why = "; counting cycles found none: " + ("; ".join(rejected[:3]) if rejected else "no candidate")
         failed = replace(failed, message=failed.message + why)
         level = float(np.mean(x))
-        if level > 0.0 and float(y.std()) < cfg.template_min_swing * level:
-            swing = float(y.std()) / level
+        swing = float(y.std()) / level if level > 0.0 else math.inf
+        if swing < cfg.template_min_swing:
             return replace(failed, message=failed.message + f"; power varies by {swing:.0%} of its level: no stalls")
         return _segment_cycles(y, dt, counted, failed, t_lo, t_hi, cfg)
     best = max(c.phase_r2 for c in passed)
