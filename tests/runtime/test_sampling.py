@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpoeo_rt.device import NVMLGPU, SimConfig, SimulatedGPU, open_gpu
-from gpoeo_rt.sampling import ITERATIONS_FILE, Sampler, record_trace
+from gpoeo_rt.sampling import ITERATIONS_FILE, Sampler, merge_windows, record_trace
 from tests.runtime.fake_nvml import FakeNVML
 
 
@@ -70,6 +70,42 @@ def test_a_gap_between_windows_starts_fresh() -> None:
     assert gpu.stats.energy_reads == reads + 2  # a new baseline
     assert w.t_s[0] > w.start_s and len(w.t_s) == 50
     assert w.energy_j == pytest.approx(w.mean_power_w * 1.0, rel=0.1)
+
+
+def test_a_window_that_continues_the_last_holds_the_pause() -> None:
+    """The daemon analyses a window before it asks for the next: a profiling window continues the last one, so
+    the pause's samples (still in the driver's buffer) are not lost and the two windows' samples touch."""
+    gpu = _sim()
+    sampler = Sampler(gpu)
+    first = sampler.collect(1.0)
+    gpu.clock.advance(0.5)  # the analysis
+    reads = gpu.stats.energy_reads
+    w = sampler.collect(1.0, continue_within_s=2.0)
+    assert gpu.stats.energy_reads == reads + 1  # no new baseline read
+    assert w.start_s == first.end_s and w.duration_s == pytest.approx(1.5)
+    stamps = np.concatenate([first.t_s, w.t_s])
+    np.testing.assert_allclose(np.diff(stamps), 0.02, atol=1e-9)
+    assert w.energy_j == pytest.approx(w.mean_power_w * 1.5, rel=0.1)
+    gpu.clock.advance(3.0)  # longer than asked for: a fresh start, as without continue_within_s
+    late = sampler.collect(1.0, continue_within_s=2.0)
+    assert late.start_s > w.end_s + 2.9 and len(late.t_s) == 50
+
+
+def test_merged_windows_are_the_one_window_they_span() -> None:
+    gpu = _sim()
+    sampler = Sampler(gpu, iteration_counter=lambda: gpu.truth.iterations_completed)
+    sampler.collect(1.0)
+    parts = [sampler.collect(s) for s in (1.0, 2.0, 3.0)]
+    merged = merge_windows(parts)
+    assert (merged.start_s, merged.end_s) == (parts[0].start_s, parts[-1].end_s)
+    assert len(merged.t_s) == len(merged.power_w) == 300
+    assert merged.energy_j == pytest.approx(sum(w.energy_j for w in parts))
+    assert merged.iterations == sum(w.iterations or 0 for w in parts)
+    active = [w.counters.features["feat_sm_active"] for w in parts]
+    assert merged.counters.features["feat_sm_active"] == pytest.approx(np.average(active, weights=[1, 2, 3]))
+    assert merge_windows(parts[:1]) is parts[0]
+    with pytest.raises(ValueError):
+        merge_windows([])
 
 
 def test_draining_too_rarely_loses_samples() -> None:

@@ -9,7 +9,7 @@ from gpoeo_rt.sampling.recorder import (
     RecordSummary,
     record_trace,
 )
-from gpoeo_rt.sampling.sampler import PowerWindow, Sampler
+from gpoeo_rt.sampling.sampler import PowerWindow, Sampler, merge_windows
 
 __all__ = [
     "BUFFERED_FILE",
@@ -20,6 +20,7 @@ __all__ = [
     "PowerWindow",
     "RecordSummary",
     "Sampler",
+    "merge_windows",
     "no_markers",
     "record_trace",
 ]

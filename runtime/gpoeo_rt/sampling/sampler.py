@@ -8,7 +8,7 @@ counter once per window.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +51,35 @@ class PowerWindow:
     def counter_power_w(self) -> float:
         """Mean power from the energy counter."""
         return self.energy_j / self.duration_s if self.duration_s > 0 else math.nan
+
+
+def merge_windows(windows: Sequence[PowerWindow]) -> PowerWindow:
+    """Consecutive windows whose samples touch (see `Sampler.collect`), as one: samples, energy, iterations and
+    markers joined; counters averaged over the windows' time where measured."""
+    if not windows:
+        raise ValueError("merge_windows needs at least one window")
+    if len(windows) == 1:
+        return windows[0]
+    weights = [w.counters.interval_s for w in windows]
+    features: dict[str, float] = {}
+    for name in windows[-1].counters.features:
+        vals = [(w.counters.features.get(name, math.nan), k) for w, k in zip(windows, weights, strict=True)]
+        vals = [(v, k) for v, k in vals if math.isfinite(v) and k > 0]
+        features[name] = sum(v * k for v, k in vals) / sum(k for _, k in vals) if vals else math.nan
+    counts = [w.iterations for w in windows]
+    return PowerWindow(
+        start_s=windows[0].start_s,
+        end_s=windows[-1].end_s,
+        t_s=np.concatenate([w.t_s for w in windows]),
+        power_w=np.concatenate([w.power_w for w in windows]),
+        energy_j=sum(w.energy_j for w in windows),
+        counters=CounterSnapshot(
+            windows[0].counters.start_s, windows[-1].counters.end_s, features, windows[-1].counters.source
+        ),
+        iterations=None if any(c is None for c in counts) else sum(c for c in counts if c is not None),
+        marker_t_s=np.concatenate([w.marker_t_s for w in windows]),
+        marker_seq=np.concatenate([w.marker_seq for w in windows]),
+    )
 
 
 class Sampler:
@@ -101,12 +130,19 @@ class Sampler:
             p_parts.append(samples.power_w)
             self._last_sample_t_s = float(samples.t_s[-1])
 
-    def collect(self, window_s: float) -> PowerWindow:
-        """Let window_s pass on the clock and return what was measured in it."""
+    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
+        """Let window_s pass on the clock and return what was measured in it. With continue_within_s, a window that
+        starts at most that long after the previous one ended continues it: it starts at the previous end and holds
+        the samples of the pause between them (still in the driver's buffer), so the two windows' samples touch.
+        A caller asks for that only where nothing changed in the pause (no clock change)."""
         if window_s <= 0:
             raise ValueError("window_s must be > 0")
         start = self._clock.now_s()
-        if self._boundary_s is None or abs(start - self._boundary_s) > _EPS:
+        resumes = self._boundary_s is not None and 0.0 <= start - self._boundary_s <= continue_within_s
+        if resumes and self._boundary_s is not None:
+            window_s += start - self._boundary_s
+            start = self._boundary_s
+        elif self._boundary_s is None or abs(start - self._boundary_s) > _EPS:
             # A fresh start: baseline reads; samples from before the window are not ours.
             self._boundary_energy_j = self._energy()
             self._device.counter_snapshot()
