@@ -13,9 +13,10 @@ and gpt_64, at 50-500 ms, uniform and heavy-tailed stalls). Each recorded iterat
 most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
-A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2}, held out: no
-threshold was set on them): from the recording's start (the daemon running before the job: the time to the
-baseline counts from the job's first iteration) and from the same 5 offsets after the first iteration.
+A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2}) and an H100
+(data/traces/h100-jitter), held out: no threshold was set on them. Each from the recording's start (the daemon running
+before the job: the time to the baseline counts from the job's first iteration) and from the same 5 offsets after
+the first iteration.
 
 Usage: python scripts/bench_jitter.py [--set tuned|held-out|real|all] [--rows] [--out DIR]
 """
@@ -65,6 +66,14 @@ REAL = (
     (TRACES / "h200-jitter-2/resnet_256_0-40", "uniform +-27%"),  # 75.1 ms (0.155)
     (TRACES / "h200-jitter-2/gpt_32_0-80", "uniform +-23%"),  # 173.8 ms (0.134)
     (TRACES / "h200-jitter-2/resnet_1024_p60", "pareto"),  # 265.5 ms (0.191)
+    # The third set, on an H100 (recorded while the profiling run of 2026-12-05's fourth session was being built)
+    (TRACES / "h100-jitter/resnet_256_0-50", "uniform 0-50 ms"),  # 89.7 ms (0.162)
+    (TRACES / "h100-jitter/gpt_16_0-60", "uniform 0-60 ms"),  # 110.9 ms (0.159)
+    (TRACES / "h100-jitter/resnet_512_0-100", "uniform 0-100 ms"),  # 174.4 ms (0.166)
+    (TRACES / "h100-jitter/gpt_32_0-160", "uniform 0-160 ms"),  # 231.3 ms (0.197)
+    (TRACES / "h100-jitter/gpt_48_0-200", "uniform 0-200 ms"),  # 318.4 ms (0.176)
+    (TRACES / "h100-jitter/gpt_64_p90", "pareto"),  # 374.4 ms (0.142)
+    (TRACES / "h100-jitter/resnet_128_p30", "pareto"),  # 64.6 ms (0.326)
 )
 
 

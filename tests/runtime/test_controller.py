@@ -145,11 +145,40 @@ class _FailingSampler(Sampler):
         super().__init__(device)
         self._left = fail_at
 
-    def collect(self, window_s: float) -> PowerWindow:
+    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
         self._left -= 1
         if self._left == 0:
             raise RuntimeError("injected failure")
-        return super().collect(window_s)
+        return super().collect(window_s, continue_within_s=continue_within_s)
+
+
+class _PausingSampler(Sampler):
+    """Each window starts 0.3 s after the last ended, as the daemon's analysis of a window makes it on a real GPU."""
+
+    def __init__(self, device: SimulatedGPU) -> None:
+        super().__init__(device)
+        self.gpu = device
+        self.windows: list[PowerWindow] = []
+
+    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
+        self.gpu.clock.advance(0.3)
+        window = super().collect(window_s, continue_within_s=continue_within_s)
+        self.windows.append(window)
+        return window
+
+
+def test_profiling_windows_continue_each_other_across_the_daemons_pause(predictor: Predictor) -> None:
+    """Windows at reference are analysed in pairs and runs over samples that touch, so on a real GPU (a pause to
+    analyse each) as in a replay (none); after a clock change a window starts afresh, past the settling."""
+    gpu = _gpu("resnet50")
+    sampler = _PausingSampler(gpu)
+    controller = Controller(gpu, predictor=predictor, sampler=sampler)
+    events = [controller.step().event for _ in range(3)]
+    assert events[:2] == ["period_candidate", "baseline"], events
+    first, second, probe = sampler.windows[:3]
+    assert first.start_s < first.t_s[0] and second.start_s == first.end_s
+    assert np.diff(np.concatenate([first.t_s, second.t_s])).max() < 0.03  # the pause's samples are there
+    assert controller.clocks != controller.reference and probe.start_s > second.end_s + 0.3
 
 
 def test_an_exception_in_step_resets_the_clocks_logs_and_stops(predictor: Predictor) -> None:

@@ -113,3 +113,29 @@ def test_holding_a_jittery_job_declares_no_phase_change(tmp_path: Path, predicto
     make_jittered_trace(spec, tmp_path / "job")
     run = hold_replay(tmp_path / "job", 0, predictor, duration_s=900.0, from_s=2.0)
     assert run.events.get("hold", 0) >= 20 and run.phase_changes == 0, run.events
+
+
+def test_windows_too_short_to_count_alone_are_counted_as_one_run(tmp_path: Path, predictor: Predictor) -> None:
+    """A 200 ms +-30% job: the 3 s and 6 s windows each fail alone (their folds wander); counted over both (9 s)
+    they give a candidate that a second 9 s window confirms, 18 s in (before the run: a 12 s window, then another,
+    33 s in: after the target's 20 s)."""
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.2, 0.3)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert o.events[:2] == ("no_period", "period_candidate:197.9"), o.events
+    assert o.conclusion == "baseline" and o.concluded_s - start <= 20.0, o.events
+    assert o.window_error is not None and abs(o.window_error) < 0.02
+
+
+def test_a_fold_and_a_count_of_one_jittery_job_pair_where_their_joint_count_agrees(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """A 100 ms +-10% job folds in one window and counts in the next: two kinds of evidence, which pair only where
+    the count over both windows agrees with each within 2% (before: 24 s of windows alternating fold and count)."""
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.1)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
+    assert o.window_error is not None and abs(o.window_error) < 0.02

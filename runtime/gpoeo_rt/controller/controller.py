@@ -53,7 +53,7 @@ from gpoeo_rt.device.base import GPU
 from gpoeo_rt.device.clock import SleepInterruptedError
 from gpoeo_rt.features import FEATURE_NAMES
 from gpoeo_rt.prediction.predictor import Predictor
-from gpoeo_rt.sampling import MarkerSource, PowerWindow, Sampler
+from gpoeo_rt.sampling import MarkerSource, PowerWindow, Sampler, merge_windows
 from gpoeo_rt.search.baselines import DescentSearch, PredictedPick
 from gpoeo_rt.search.measured import MeasuredSearch
 from gpoeo_rt.search.objectives import Objective, pick_config
@@ -93,6 +93,9 @@ class ControllerConfig:
     # ... or, for jittery iterations, as closely as chance allows (see Controller._agreement), up to this.
     max_jitter_agreement: float = 0.10
     max_profile_failures: int = 3  # windows without a period before the aperiodic fallback
+    # A profiling window continues the last one (its samples touch the last's) when it starts at most this long
+    # after it ended: the pause's samples are still in the driver's buffer. Runs of windows: _run_candidate.
+    profile_run_gap_s: float = 2.0
     # Step markers give a window's period when at least this many whole iterations were marked and the markers
     # span this share of the window (else the power signal does, unless the phase's baseline came from markers).
     min_marker_intervals: int = 10
@@ -414,10 +417,10 @@ class Controller:
         if dt > 0:
             self._device.clock.sleep(dt)
 
-    def _measure(self, window_s: float) -> PowerWindow:
-        """A window at settled clocks."""
+    def _measure(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
+        """A window at settled clocks (continuing the last one: `Sampler.collect`)."""
         self._sleep_until(self._settle_until_s)
-        return self._sampler.collect(window_s)
+        return self._sampler.collect(window_s, continue_within_s=continue_within_s)
 
     def _window_for(self, period_s: float) -> float:
         cfg = self.config
@@ -528,6 +531,8 @@ class Controller:
         self._window_floor_s = 0.0
         self._prof_failures = 0
         self._prof_counters: list[dict[str, float]] = []
+        # Consecutive windows at reference since the last reset (samples touching), none paired: _run_candidate.
+        self._prof_run: list[PowerWindow] = []
 
     def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
         self._set_clocks(None)
@@ -538,7 +543,12 @@ class Controller:
     def _step_profiling(self) -> Decision:
         cfg = self.config
         self._set_clocks(None)
-        window = self._measure(self._prof_window_s)
+        # After a profiling window (at reference, no clock change since), the next continues it: runs and pairs of
+        # windows are then analysed over samples that touch, on a real GPU (a pause to analyse) as in a replay.
+        last = self._prof_run[-1] if self._prof_run else self._prof_prev[1] if self._prof_prev else None
+        window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last else 0.0)
+        if self._prof_run and abs(window.start_s - self._prof_run[-1].end_s) > 1e-6:
+            self._prof_run = []  # a pause too long for the driver's buffer: the samples no longer touch
         est = self._estimate([window])
         m = self._reduce(window, est)
         info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing}
@@ -550,6 +560,7 @@ class Controller:
         # profiling for ever; the candidate and the window length stay, and the next window tells which it was.
         if (tail_s := idle_tail_s(window.t_s, window.power_w)) > 0.0:
             self._prof_failures += 1
+            self._prof_run = []
             why = f"the power sits at its idle level for the window's last {tail_s:.1f} s (the job ended or paused)"
             if self._prof_failures >= cfg.max_profile_failures:
                 return self._enter_fallback(why, info)
@@ -565,8 +576,23 @@ class Controller:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
                 if gap <= self._agreement(prev[0].estimate, est):
                     return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
+            elif (
+                prev is not None
+                and prev[0].period_s is not None
+                and prev[0].timing == m.timing == SIGNAL
+                and abs(window.start_s - prev[1].end_s) <= 1e-6
+            ):
+                # A fold and a count of one jittery job (a +-10% job folds in one window and counts in the next):
+                # one phase only where the count over both (touching) windows agrees with both within
+                # period_agreement.
+                periods = (est.period_s, prev[0].period_s)
+                counted = counted_period_near(*_concat([prev[1], window]), 0.5 * sum(periods))
+                if counted is not None and all(abs(counted[0] / p - 1.0) <= cfg.period_agreement for p in periods):
+                    both = [*self._prof_counters, counters]
+                    return self._on_baseline(prev, (m, window), both, info, counted=counted)
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
+            self._prof_run.append(window)
             lengthened = self._prof_window_s > cfg.first_window_s  # an earlier window was too short: keep its length
             # Counted (jittery) iterations need as many in the next window as this one held to be counted again.
             lengthened |= est.method != "fold"
@@ -579,6 +605,9 @@ class Controller:
                 **info,
             )
         self._prof_prev = None
+        self._prof_run.append(window)
+        if len(self._prof_run) > 1 and (found := self._run_candidate(info)) is not None:
+            return found
         suggested = est.suggested_window_s
         # A period that wanders, in a window too short to tell it from an alias: the detector says how long a
         # window can. Measuring that long is no failure yet (each such window is longer than the last, up to
@@ -609,12 +638,40 @@ class Controller:
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
 
+    def _run_candidate(self, info: dict[str, Any]) -> Decision | None:
+        """The windows of the run (consecutive, at reference, since the last reset; none paired) analysed as one: a
+        jittery job whose iterations a 3 s and a 6 s window each hold too few of can be counted over both (9 s)
+        without waiting for a longer third. A period counted is a candidate like a window's (it replaces the
+        last), and needs a second window, as long, that agrees."""
+        merged = merge_windows(self._prof_run)
+        est = self._estimate([merged])
+        # Only counted iterations: a fold needs no more than one window, and over windows that folded apart it
+        # can lock onto a multiple (a steady 100 ms job's 3 s and 2 s windows folded as one at 500 ms).
+        if not (est.ok and est.period_s is not None) or est.method == "fold":
+            return None
+        m = self._reduce(merged, est)
+        self._prof_prev = (m, merged)
+        self._prof_counters = [dict(merged.counters.features)]
+        windows, self._prof_run = len(self._prof_run), []
+        # As many iterations in the second window as the run needed to be counted.
+        self._prof_window_s = min(self.config.max_window_s, max(merged.duration_s, self._window_for(est.period_s)))
+        return self._decide(
+            "period_candidate",
+            State.PROFILING,
+            f"period {est.period_s * 1e3:.2f} ms ({est.timing}) over the last {windows} "
+            f"windows ({merged.duration_s:.1f} s); waiting for a second window that agrees within "
+            f"{self._agreement(est, est) * 100:.0f}%",
+            **{**info, "window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing},
+        )
+
     def _on_baseline(
         self,
         first: tuple[_Measured, PowerWindow],
         second: tuple[_Measured, PowerWindow],
         counters: list[dict[str, float]],
         info: dict[str, Any],
+        *,
+        counted: tuple[float, float] | None = None,
     ) -> Decision:
         """Two agreeing windows at reference clocks: the baseline. A phase seen before goes straight to its
         config; a new one is searched."""
@@ -630,7 +687,9 @@ class Controller:
         timing = m2.estimate.timing
         joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
         method, spread = m2.estimate.method, max(m1.estimate.spread, m2.estimate.spread)
-        if joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
+        if counted is not None:  # a fold and a count: the mean iteration time is the count over both
+            (period, spread), method = counted, "count"
+        elif joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
             m1.estimate, m2.estimate
         ):
             period = joint.period_s

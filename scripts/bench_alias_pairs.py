@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""How often consecutive profiling windows of fast jobs' aliases would pair: by one method (a fold with a fold, a
+count with a count, within 10%), and by the fold/count rule (within 2%, and the count over both windows within 2%
+of each). The jobs: the 100 wandering 22-40 ms jobs of tests/runtime/test_period.py (same generator and seed), 60 s
+long, cut into consecutive 3, 6 and 12 s windows. Pure detection, no controller: it bounds how much the fold/count
+rule adds to what pairing by one method already lets through (docs/jitter.md, session 7).
+
+Usage: python scripts/bench_alias_pairs.py [--rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gpoeo_rt.detection import counted_period_near, detect_period
+from tests.runtime.synth import Job, sample
+
+FUNDAMENTAL_SHAPES = ("pulse", "sharp_dip", "sawtooth", "sine")  # as in tests/runtime/test_period.py
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    ap.add_argument("--rows", action="store_true", help="print every fold/count pair that the rule accepts")
+    args = ap.parse_args()
+    rng = np.random.default_rng(3)
+    windows = same = mixed = accepted = 0
+    for i in range(100):
+        period = float(np.exp(rng.uniform(np.log(0.022), np.log(0.040))))
+        job = Job(
+            period_s=period,
+            duration_s=60.0,
+            shape=str(rng.choice((*FUNDAMENTAL_SHAPES, "harmonic_rich"))),
+            noise_w=float(rng.uniform(0, 36)),
+            drift_w=float(rng.uniform(0, 120)),
+            jitter=float(rng.uniform(0.001, 0.01)),
+            wander=float(rng.choice([0.005, 0.01, 0.02, 0.03])),
+            timestamp_jitter_s=float(rng.choice([0.0, 0.004])),
+            seed=i,
+        )
+        t, p = sample(job)
+        for length in (3.0, 6.0, 12.0):
+            cuts = [(t >= a) & (t < a + length) for a in np.arange(t[0], t[-1] - length, length)]
+            ests = [(detect_period(t[k], p[k]), k) for k in cuts]
+            windows += len(ests)
+            for (e1, k1), (e2, k2) in itertools.pairwise(ests):
+                if not (e1.ok and e2.ok and e1.period_s and e2.period_s):
+                    continue
+                gap = abs(e2.period_s / e1.period_s - 1.0)
+                if (e1.method == "fold") == (e2.method == "fold"):
+                    same += gap <= 0.10
+                    continue
+                if gap > 0.02:
+                    continue
+                mixed += 1
+                periods = (e1.period_s, e2.period_s)
+                counted = counted_period_near(t[k1 | k2], p[k1 | k2], 0.5 * sum(periods))
+                if counted is not None and all(abs(counted[0] / q - 1.0) <= 0.02 for q in periods):
+                    accepted += 1
+                    if args.rows:
+                        print(
+                            f"job {i}: {period * 1e3:.1f} ms iterations, {length:g} s windows: "
+                            f"fold/count {periods[0] * 1e3:.1f} / {periods[1] * 1e3:.1f} ms"
+                        )
+    print(
+        f"{windows} windows; consecutive pairs by one method within 10%: {same}; "
+        f"fold and count within 2%: {mixed}, of which the joint count accepts {accepted}"
+    )
+
+
+if __name__ == "__main__":
+    main()
