@@ -286,9 +286,9 @@ def test_replayed_two_phase_trace_gives_the_gpt_period_then_no_period_for_the_ml
 
 @pytest.mark.parametrize("folder", REAL_JITTERY, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_an_idle_gpu_never_yields_a_baseline(folder: Path, predictor: Predictor) -> None:
-    """Each recording opens on an idle H200 (79 W, SM 345 MHz) whose buffered power carries a 10 Hz artefact
-    that folds as a 100 ms period: the first profiling window took it as a baseline on three of these traces,
-    because the idle check ran only on windows without a period."""
+    """Each recording opens on an idle GPU (H200 or H100: 78-79 W, SM 345 MHz) whose buffered power may carry a
+    10 Hz artefact that folds as a 100 ms period (the H200's does): the first profiling window took it as a
+    baseline on three of these traces, because the idle check ran only on windows without a period."""
     iterations = read_iterations(folder)
     assert iterations is not None
     first_iteration = iterations.phases()[0].start_s
