@@ -139,3 +139,16 @@ def test_a_fold_and_a_count_of_one_jittery_job_pair_where_their_joint_count_agre
     o = profile_replay(tmp_path / "job", start, predictor)
     assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
     assert o.window_error is not None and abs(o.window_error) < 0.02
+
+
+def test_a_counted_candidate_is_confirmed_by_36_of_its_periods(tmp_path: Path, predictor: Predictor) -> None:
+    """A 100 ms +-10% job counted over a 6 s window (60 iterations): the second window holds 36 periods (3.6 s),
+    as many as a count needs, not the 6 s the schedule happened to give the first (without the cap: a 6 s second
+    window, counted 1.3% apart, then a third: 21 s). Never shorter than the first window (3 s)."""
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.1)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 21.7
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
+    assert o.concluded_s - start == pytest.approx(9.0 + 36 * 0.1, abs=0.2)
+    assert o.window_error is not None and abs(o.window_error) < 0.02

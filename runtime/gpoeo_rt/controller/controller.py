@@ -96,6 +96,10 @@ class ControllerConfig:
     # A profiling window continues the last one (its samples touch the last's) when it starts at most this long
     # after it ended: the pause's samples are still in the driver's buffer. Runs of windows: _run_candidate.
     profile_run_gap_s: float = 2.0
+    # A counted candidate's second window holds as many iterations as its own, but at most this many periods (and
+    # never less than the first window): a run or window the schedule made long (a 21 s run of 3 + 6 + 12 s) need
+    # not be matched second for second.
+    counted_window_periods: int = 36
     # Step markers give a window's period when at least this many whole iterations were marked and the markers
     # span this share of the window (else the power signal does, unless the phase's baseline came from markers).
     min_marker_intervals: int = 10
@@ -596,7 +600,8 @@ class Controller:
             lengthened = self._prof_window_s > cfg.first_window_s  # an earlier window was too short: keep its length
             # Counted (jittery) iterations need as many in the next window as this one held to be counted again.
             lengthened |= est.method != "fold"
-            self._prof_window_s = max(self._prof_window_s if lengthened else 0.0, self._window_for(est.period_s))
+            keep = self._prof_window_s if est.method == "fold" else self._counted_second_window(est.period_s)
+            self._prof_window_s = max(keep if lengthened else 0.0, self._window_for(est.period_s))
             return self._decide(
                 "period_candidate",
                 State.PROFILING,
@@ -638,6 +643,13 @@ class Controller:
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
 
+    def _counted_second_window(self, period_s: float) -> float:
+        """A counted candidate's second window: as long as the candidate's (its iterations were needed to count),
+        at most counted_window_periods periods, never shorter than the first window (a shorter one confirmed a
+        biased count on a real H100 job: docs/jitter.md, session 7)."""
+        cap = max(self.config.counted_window_periods * period_s, self.config.first_window_s)
+        return min(self._prof_window_s, cap)
+
     def _run_candidate(self, info: dict[str, Any]) -> Decision | None:
         """The windows of the run (consecutive, at reference, since the last reset; none paired) analysed as one: a
         jittery job whose iterations a 3 s and a 6 s window each hold too few of can be counted over both (9 s)
@@ -653,8 +665,9 @@ class Controller:
         self._prof_prev = (m, merged)
         self._prof_counters = [dict(merged.counters.features)]
         windows, self._prof_run = len(self._prof_run), []
-        # As many iterations in the second window as the run needed to be counted.
-        self._prof_window_s = min(self.config.max_window_s, max(merged.duration_s, self._window_for(est.period_s)))
+        self._prof_window_s = merged.duration_s
+        need = self._counted_second_window(est.period_s)
+        self._prof_window_s = min(self.config.max_window_s, max(need, self._window_for(est.period_s)))
         return self._decide(
             "period_candidate",
             State.PROFILING,
