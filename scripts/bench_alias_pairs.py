@@ -19,30 +19,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpoeo_rt.detection import counted_period_near, detect_period
-from tests.runtime.synth import Job, sample
-
-FUNDAMENTAL_SHAPES = ("pulse", "sharp_dip", "sawtooth", "sine")  # as in tests/runtime/test_period.py
+from tests.runtime.synth import sample, wandering_fast_jobs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rows", action="store_true", help="print every fold/count pair that the rule accepts")
     args = ap.parse_args()
-    rng = np.random.default_rng(3)
     windows = same = mixed = accepted = 0
-    for i in range(100):
-        period = float(np.exp(rng.uniform(np.log(0.022), np.log(0.040))))
-        job = Job(
-            period_s=period,
-            duration_s=60.0,
-            shape=str(rng.choice((*FUNDAMENTAL_SHAPES, "harmonic_rich"))),
-            noise_w=float(rng.uniform(0, 36)),
-            drift_w=float(rng.uniform(0, 120)),
-            jitter=float(rng.uniform(0.001, 0.01)),
-            wander=float(rng.choice([0.005, 0.01, 0.02, 0.03])),
-            timestamp_jitter_s=float(rng.choice([0.0, 0.004])),
-            seed=i,
-        )
+    for i, job in enumerate(wandering_fast_jobs(duration_s=60.0)):
+        period = job.period_s
         t, p = sample(job)
         for length in (3.0, 6.0, 12.0):
             cuts = [(t >= a) & (t < a + length) for a in np.arange(t[0], t[-1] - length, length)]

@@ -7,6 +7,7 @@ NVML's buffered power samples do (which is what makes iterations shorter than tw
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,9 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 SHAPES = ("pulse", "sharp_dip", "harmonic_rich", "sawtooth", "sine")
+# Shapes whose sampled waveform keeps a real fundamental; harmonic_rich (gpt_64's measured harmonic mix) only
+# where its six harmonics are below Nyquist (see test_period.py's test_harmonic_rich_near_nyquist_is_a_known_limit).
+FUNDAMENTAL_SHAPES = ("pulse", "sharp_dip", "sawtooth", "sine")
 
 
 def waveform(shape: str, phase: FloatArray, rng_phases: FloatArray | None = None, period_s: float = 1.0) -> FloatArray:
@@ -107,3 +111,22 @@ def sample(job: Job) -> tuple[FloatArray, FloatArray]:
 def window_for(period_s: float) -> float:
     """The target's window: 10 periods or 10 s, whichever is longer."""
     return max(10.0 * period_s, 10.0)
+
+
+def wandering_fast_jobs(duration_s: float, n: int = 100, seed: int = 3) -> Iterator[Job]:
+    """Jobs of 22-40 ms iterations that wander 0.5-3% (seeded): at 50 Hz they alias onto 44-170 ms patterns whose
+    cycles vary like a jittery job's (test_period.py's wandering-alias test, scripts/bench_alias_pairs.py)."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        period = float(np.exp(rng.uniform(np.log(0.022), np.log(0.040))))
+        yield Job(
+            period_s=period,
+            duration_s=duration_s,
+            shape=str(rng.choice((*FUNDAMENTAL_SHAPES, "harmonic_rich"))),
+            noise_w=float(rng.uniform(0, 36)),
+            drift_w=float(rng.uniform(0, 120)),
+            jitter=float(rng.uniform(0.001, 0.01)),
+            wander=float(rng.choice([0.005, 0.01, 0.02, 0.03])),
+            timestamp_jitter_s=float(rng.choice([0.0, 0.004])),
+            seed=i,
+        )

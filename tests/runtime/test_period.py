@@ -25,7 +25,7 @@ from gpoeo_rt.detection.period import (
     window_for_periods,
 )
 from gpoeo_rt.tracefile import read_polled, read_trace
-from tests.runtime.synth import Job, iteration_ends, sample, window_for
+from tests.runtime.synth import FUNDAMENTAL_SHAPES, Job, iteration_ends, sample, wandering_fast_jobs, window_for
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces" / "h200"
 DT = 0.02  # 50 Hz, NVML's buffered power on the H200
@@ -130,10 +130,6 @@ def test_energy_counter_is_an_anti_aliasing_reference() -> None:
 
 # --------------------------------------------------------------------------------------------------------------
 # Synthetic jobs: the 2% target across periods, noise, drift (property-based)
-
-# Shapes whose sampled waveform keeps a real fundamental; harmonic_rich (gpt_64's measured harmonic mix) only
-# where its six harmonics are below Nyquist (see test_harmonic_rich_near_nyquist_is_a_known_limit).
-FUNDAMENTAL_SHAPES = ("pulse", "sharp_dip", "sawtooth", "sine")
 
 
 @st.composite
@@ -381,24 +377,11 @@ def test_wandering_aliases_of_22_to_40_ms_iterations_stay_rare() -> None:
     wandering acceptance (none at periods whose mirror-alias amplification is under 1.4x) 5; with cycle counting
     for jittery iterations (issue 17: a slightly wandering alias counts like a jittery job) 9, over the bar of 5;
     with the matched-template segmentation of jobs with host stalls, 12."""
-    rng = np.random.default_rng(3)
     reported = []
-    for i in range(100):
-        period = float(np.exp(rng.uniform(np.log(0.022), np.log(0.040))))
-        job = Job(
-            period_s=period,
-            duration_s=12.0,
-            shape=str(rng.choice((*FUNDAMENTAL_SHAPES, "harmonic_rich"))),
-            noise_w=float(rng.uniform(0, 36)),
-            drift_w=float(rng.uniform(0, 120)),
-            jitter=float(rng.uniform(0.001, 0.01)),
-            wander=float(rng.choice([0.005, 0.01, 0.02, 0.03])),
-            timestamp_jitter_s=float(rng.choice([0.0, 0.004])),
-            seed=i,
-        )
+    for job in wandering_fast_jobs(duration_s=12.0):
         est = detect_period(*sample(job))
         if est.period_s is not None:
-            reported.append((round(period * 1e3, 1), round(est.period_s * 1e3, 1)))
+            reported.append((round(job.period_s * 1e3, 1), round(est.period_s * 1e3, 1)))
     assert len(reported) <= 5, reported
 
 

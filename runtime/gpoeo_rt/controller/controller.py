@@ -161,6 +161,11 @@ class ControllerConfig:
             raise ValueError("need 0 < min_window_s <= max_window_s")
 
 
+def _touches(earlier: PowerWindow, later: PowerWindow) -> bool:
+    """Whether `later` continues `earlier` (Sampler.collect's continue_within_s): their samples touch."""
+    return abs(later.start_s - earlier.end_s) <= 1e-6
+
+
 def _concat(windows: list[PowerWindow]) -> tuple[np.ndarray, np.ndarray]:
     if len(windows) == 1:
         return windows[0].t_s, windows[0].power_w
@@ -551,7 +556,7 @@ class Controller:
         # windows are then analysed over samples that touch, on a real GPU (a pause to analyse) as in a replay.
         last = self._prof_run[-1] if self._prof_run else self._prof_prev[1] if self._prof_prev else None
         window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last else 0.0)
-        if self._prof_run and abs(window.start_s - self._prof_run[-1].end_s) > 1e-6:
+        if self._prof_run and not _touches(self._prof_run[-1], window):
             self._prof_run = []  # a pause too long for the driver's buffer: the samples no longer touch
         est = self._estimate([window])
         m = self._reduce(window, est)
@@ -584,7 +589,7 @@ class Controller:
                 prev is not None
                 and prev[0].period_s is not None
                 and prev[0].timing == m.timing == SIGNAL
-                and abs(window.start_s - prev[1].end_s) <= 1e-6
+                and _touches(prev[1], window)
             ):
                 # A fold and a count of one jittery job (a +-10% job folds in one window and counts in the next):
                 # one phase only where the count over both (touching) windows agrees with both within
@@ -600,7 +605,9 @@ class Controller:
             lengthened = self._prof_window_s > cfg.first_window_s  # an earlier window was too short: keep its length
             # Counted (jittery) iterations need as many in the next window as this one held to be counted again.
             lengthened |= est.method != "fold"
-            keep = self._prof_window_s if est.method == "fold" else self._counted_second_window(est.period_s)
+            keep = self._prof_window_s
+            if est.method != "fold":
+                keep = self._counted_second_window(self._prof_window_s, est.period_s)
             self._prof_window_s = max(keep if lengthened else 0.0, self._window_for(est.period_s))
             return self._decide(
                 "period_candidate",
@@ -643,12 +650,12 @@ class Controller:
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
 
-    def _counted_second_window(self, period_s: float) -> float:
+    def _counted_second_window(self, candidate_s: float, period_s: float) -> float:
         """A counted candidate's second window: as long as the candidate's (its iterations were needed to count),
         at most counted_window_periods periods, never shorter than the first window (a shorter one confirmed a
         biased count on a real H100 job: docs/jitter.md, session 7)."""
         cap = max(self.config.counted_window_periods * period_s, self.config.first_window_s)
-        return min(self._prof_window_s, cap)
+        return min(candidate_s, cap)
 
     def _run_candidate(self, info: dict[str, Any]) -> Decision | None:
         """The windows of the run (consecutive, at reference, since the last reset; none paired) analysed as one: a
@@ -665,8 +672,7 @@ class Controller:
         self._prof_prev = (m, merged)
         self._prof_counters = [dict(merged.counters.features)]
         windows, self._prof_run = len(self._prof_run), []
-        self._prof_window_s = merged.duration_s
-        need = self._counted_second_window(est.period_s)
+        need = self._counted_second_window(merged.duration_s, est.period_s)
         self._prof_window_s = min(self.config.max_window_s, max(need, self._window_for(est.period_s)))
         return self._decide(
             "period_candidate",
