@@ -366,8 +366,8 @@ def test_synthetic_wandering_50_ms_jobs_report_their_mean_period() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="regression kept visible: with cycle counting (issue 17) 9 of the 100 are reported, with the matched "
-    "template 12, above the bar of 5 this test held before (docs/jitter.md); strict, so it fails once the bar is "
-    "met again",
+    "template 12 (10 on the code of 2026-12-05), above the bar of 5 this test held before (docs/jitter.md); strict, so "
+    "it fails once the bar is met again",
 )
 def test_wandering_aliases_of_22_to_40_ms_iterations_stay_rare() -> None:
     """The known price of accepting a wandering period: 22-40 ms iterations alias at 50 Hz onto 44-170 ms
@@ -376,7 +376,8 @@ def test_wandering_aliases_of_22_to_40_ms_iterations_stay_rare() -> None:
     tell). With 0.5-3% wander, 12 s windows: the common-period test alone reports 2 of these 100, with the
     wandering acceptance (none at periods whose mirror-alias amplification is under 1.4x) 5; with cycle counting
     for jittery iterations (issue 17: a slightly wandering alias counts like a jittery job) 9, over the bar of 5;
-    with the matched-template segmentation of jobs with host stalls, 12."""
+    with the matched-template segmentation of jobs with host stalls, 12 (10 on the code of
+    2026-12-05)."""
     reported = []
     for job in wandering_fast_jobs(duration_s=12.0):
         est = detect_period(*sample(job))

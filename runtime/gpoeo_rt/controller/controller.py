@@ -704,13 +704,12 @@ class Controller:
         # the search is narrowed to their neighbourhood; if the joint fit fails, the average stays (or, for two
         # folds, the count over both windows: below).
         timing = m2.estimate.timing
-        joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
         method, spread = m2.estimate.method, max(m1.estimate.spread, m2.estimate.spread)
         if counted is not None:  # a fold and a count: the mean iteration time is the count over both
             (period, spread), method = counted, "count"
-        elif joint.period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(
-            m1.estimate, m2.estimate
-        ):
+        elif (
+            joint := self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
+        ).period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(m1.estimate, m2.estimate):
             period = joint.period_s
         elif timing == SIGNAL and m1.estimate.method == m2.estimate.method == "fold":
             # Two folds, not one over both windows: the iterations' phase moved between them. A fold lines up the
