@@ -43,6 +43,9 @@ TRACES = HERE / "data/traces"
 JITTERS = (0.0, 0.1, 0.3, 0.5)
 OFFSETS_S = (0.5, 7.3, 14.1, 21.7, 29.9)
 DEADLINE_S = 20.0
+# The restated deadline proposed for issue 17 (docs/jitter.md, session 7: a job only the template resolves needs
+# 2 x 30 iterations): within max(20 s, 70 iterations). Reported beside the target's, never instead of it.
+RESTATED_ITERATIONS = 70
 
 
 # (trace, phase, its recorded iteration time): the compute part of a job is one recorded iteration, time-scaled
@@ -104,6 +107,12 @@ def verdict(conclusion: str, err: float | None, took: float) -> str:
     return "ok" if abs(err) <= 0.02 else "off>2%"
 
 
+def ok_restated(conclusion: str, err: float | None, took: float, mean_iteration_s: float) -> bool:
+    """Within 2% and within the restated deadline (RESTATED_ITERATIONS)."""
+    deadline = max(DEADLINE_S, RESTATED_ITERATIONS * mean_iteration_s)
+    return conclusion == "baseline" and err is not None and abs(err) <= 0.02 and took <= deadline
+
+
 def real_starts(folder: Path) -> list[tuple[str, float, float]]:
     """(label, replay start, the job's first iteration) of one recording: its first sample, then OFFSETS_S after
     the first iteration."""
@@ -124,16 +133,22 @@ def main() -> None:
     predictor = Predictor(select_bundle(bundles, "NVIDIA H200").manifest)
     groups: dict[tuple[str, float, str], Counter[str]] = defaultdict(Counter)
     errors: dict[tuple[str, float, str], list[float]] = defaultdict(list)
+    restated: Counter[tuple[str, float, str]] = Counter()
     with tempfile.TemporaryDirectory() as tmp:
         root = args.out or Path(tmp)
         sets = ("tuned", "held-out", "real") if args.which == "all" else (args.which,)
         for folder, kind in REAL if "real" in sets else ():
+            truth = read_iterations(folder)
+            assert truth is not None, folder
+            phase = truth.phases()[0]
+            mean_iteration_s = (phase.end_s - phase.start_s) / max(phase.n_iterations - 1, 1)
             for label, start, zero in real_starts(folder):
                 o = profile_replay(folder, start, predictor, max_steps=60)
                 took = o.concluded_s - zero
                 v = verdict(o.conclusion, o.window_error, took)
                 key = ("real", float(np.nan), f"{folder.name}")
                 groups[key][v] += 1
+                restated[key] += ok_restated(o.conclusion, o.window_error, took, mean_iteration_s)
                 if o.window_error is not None:
                     errors[key].append(abs(o.window_error) * 100)
                 if args.rows:
@@ -150,12 +165,16 @@ def main() -> None:
                     v = verdict(o.conclusion, o.window_error, took)
                     key = (which, spec.jitter, spec.tail)
                     groups[key][v] += 1
+                    restated[key] += ok_restated(o.conclusion, o.window_error, took, spec.period_s)
                     if o.window_error is not None:
                         errors[key].append(abs(o.window_error) * 100)
                     if args.rows:
                         err = "" if o.window_error is None else f"{o.window_error * 100:+.2f}%"
                         print(f"{spec.name:55s} +{offset:4.1f} s {v:8s} {err:>8s} after {took:5.1f} s", flush=True)
-    print(f"{'set':9s} {'jitter':>6s} {'tail':16s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max")
+    print(
+        f"{'set':9s} {'jitter':>6s} {'tail':16s} {'starts':>6s} {'ok':>9s} {'off>5%':>6s}  other; |err| median / max;"
+        f" ok within max(20 s, {RESTATED_ITERATIONS} iterations)"
+    )
     for (which, jitter, tail), tally in sorted(groups.items(), key=lambda kv: (kv[0][0] == "real", str(kv[0]))):
         n = sum(tally.values())
         other = ", ".join(f"{k} {v}" for k, v in sorted(tally.items()) if k not in ("ok", "off>5%"))
@@ -164,7 +183,7 @@ def main() -> None:
         stats = f"{np.median(e):.2f}% / {max(e):.2f}%" if e else "-"
         print(
             f"{which:9s} {shown:>6s} {tail:16s} {n:6d} {tally['ok']:3d} ({tally['ok'] / n * 100:3.0f}%) "
-            f"{tally['off>5%']:6d}  {other or '-'}; {stats}"
+            f"{tally['off>5%']:6d}  {other or '-'}; {stats}; {restated[(which, jitter, tail)]}"
         )
 
 
