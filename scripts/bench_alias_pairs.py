@@ -18,8 +18,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gpoeo_rt.detection import counted_period_near, detect_period
+from gpoeo_rt.controller import ControllerConfig
+from gpoeo_rt.detection import count_confirms, detect_period
 from tests.runtime.synth import sample, wandering_fast_jobs
+
+AGREEMENT = ControllerConfig().period_agreement  # the profiling rule's (2%)
 
 
 def main() -> None:
@@ -41,12 +44,11 @@ def main() -> None:
                 if (e1.method == "fold") == (e2.method == "fold"):
                     same += gap <= 0.10
                     continue
-                if gap > 0.02:
+                if gap > AGREEMENT:
                     continue
                 mixed += 1
                 periods = (e1.period_s, e2.period_s)
-                counted = counted_period_near(t[k1 | k2], p[k1 | k2], 0.5 * sum(periods))
-                if counted is not None and all(abs(counted[0] / q - 1.0) <= 0.02 for q in periods):
+                if count_confirms(t[k1 | k2], p[k1 | k2], periods, agreement=AGREEMENT) is not None:
                     accepted += 1
                     if args.rows:
                         print(

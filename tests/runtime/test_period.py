@@ -17,6 +17,7 @@ from gpoeo_rt.detection.period import (
     Verdict,
     _detect_folded,
     average_power_from_energy,
+    count_confirms,
     counted_period_near,
     detect_period,
     fold_r2,
@@ -350,6 +351,16 @@ def test_counted_period_near_a_fold_gives_the_mean_where_long_stalls_shorten_the
     assert counted is not None and counted[0] == pytest.approx(float(truth), rel=0.005)
     t, p, truth = _stall_job(0.08, 0.0, seed=2)
     assert counted_period_near(t, p, 0.08) is None
+
+
+def test_a_count_confirms_two_periods_only_where_it_agrees_with_both() -> None:
+    t, p, truth = _stall_job(0.3, 0.0, seed=1)
+    counted = count_confirms(t, p, (0.299, 0.301), agreement=0.02)
+    assert counted is not None and counted[0] == pytest.approx(float(truth), rel=0.005)
+    assert count_confirms(t, p, (0.296, 0.305), agreement=0.02) is not None  # each within 2% of the count
+    assert count_confirms(t, p, (0.28, 0.32), agreement=0.02) is None  # their mean counts, but neither agrees
+    t, p, truth = _stall_job(0.08, 0.0, seed=2)
+    assert count_confirms(t, p, (0.08, 0.08), agreement=0.02) is None  # nothing counted
 
 
 def test_synthetic_wandering_50_ms_jobs_report_their_mean_period() -> None:

@@ -41,6 +41,7 @@ from gpoeo_rt.detection import (
     DetectorConfig,
     PeriodEstimate,
     Verdict,
+    count_confirms,
     counted_period_near,
     detect_period,
     has_changed,
@@ -595,8 +596,8 @@ class Controller:
                 # one phase only where the count over both (touching) windows agrees with both within
                 # period_agreement.
                 periods = (est.period_s, prev[0].period_s)
-                counted = counted_period_near(*_concat([prev[1], window]), 0.5 * sum(periods))
-                if counted is not None and all(abs(counted[0] / p - 1.0) <= cfg.period_agreement for p in periods):
+                counted = count_confirms(*_concat([prev[1], window]), periods, agreement=cfg.period_agreement)
+                if counted is not None:
                     both = [*self._prof_counters, counters]
                     return self._on_baseline(prev, (m, window), both, info, counted=counted)
             self._prof_prev = (m, window)

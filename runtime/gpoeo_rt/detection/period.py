@@ -1623,6 +1623,18 @@ def counted_period_near(
     return c.period, c.spread
 
 
+def count_confirms(
+    t_s: npt.ArrayLike, power_w: npt.ArrayLike, periods: tuple[float, float], *, agreement: float
+) -> tuple[float, float] | None:
+    """Two windows' periods of one job found by different methods (a fold and a count): the count over both
+    windows' samples near their mean (`counted_period_near`), where it agrees with each within `agreement`; else
+    None. The profiling rule that pairs them (Controller) and its alias bench (scripts/bench_alias_pairs.py)."""
+    counted = counted_period_near(t_s, power_w, 0.5 * sum(periods))
+    if counted is None or any(abs(counted[0] / p - 1.0) > agreement for p in periods):
+        return None
+    return counted
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Holding: does a known period still show?
 
