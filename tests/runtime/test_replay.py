@@ -37,7 +37,10 @@ SHARED, LIVE = TRACES / "h200", TRACES / "h200-live"
 JITTER = TRACES / "h200-jitter"  # real jittery jobs, held out: checked here, never tuned on
 JITTER_2 = TRACES / "h200-jitter-2"  # a second set, recorded while issue 17's detection changed elsewhere
 JITTER_H100 = TRACES / "h100-jitter"  # a third, on an H100: recorded while the profiling run was being built
-REAL_JITTERY = sorted(d for root in (JITTER, JITTER_2, JITTER_H100) for d in root.iterdir() if d.is_dir())
+JITTER_H100_2 = TRACES / "h100-jitter-2"  # a fourth, on an H100: recorded before that session's rules landed
+REAL_JITTERY = sorted(
+    d for root in (JITTER, JITTER_2, JITTER_H100, JITTER_H100_2) for d in root.iterdir() if d.is_dir()
+)
 MODELS = Path(__file__).resolve().parents[2] / "models"
 BUFFERED = [
     SHARED / "resnet_512",
@@ -316,7 +319,9 @@ def _daemon_conclusions(folder: Path, predictor: Predictor) -> list[tuple[str, f
     ]
 
 
-ALL_TRACES = sorted(d for root in (SHARED, LIVE, JITTER, JITTER_2, JITTER_H100) for d in root.iterdir() if d.is_dir())
+ALL_TRACES = sorted(
+    d for root in (SHARED, LIVE, JITTER, JITTER_2, JITTER_H100, JITTER_H100_2) for d in root.iterdir() if d.is_dir()
+)
 
 
 @pytest.mark.parametrize("folder", ALL_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
