@@ -449,7 +449,9 @@ class _Spectrum:
         lm, l0, lp = self._log[k - 1], self._log[k], self._log[k + 1]
         return np.asarray(np.exp(l0 + 0.5 * u * (lp - lm) + 0.5 * u * u * (lp - 2.0 * l0 + lm)), dtype=np.float64)
 
-    def harmonics(self, periods: npt.ArrayLike, aliased: bool = False) -> tuple[FloatArray, FloatArray]:
+    def harmonics(
+        self, periods: npt.ArrayLike, aliased: bool = False, max_harmonics: int | None = None
+    ) -> tuple[FloatArray, FloatArray]:
         """(power of each harmonic j = 1.._MAX_HARMONICS of each period (0 where unused), harmonics used).
 
         Aliased harmonics are folded into [0, Nyquist]; two harmonics landing on the same frequency count once
@@ -458,7 +460,9 @@ class _Spectrum:
         """
         periods = np.atleast_1d(np.asarray(periods, dtype=np.float64))
         fs = 1.0 / self.dt
-        cap = min(_MAX_HARMONICS, self.n // 16)
+        # A variance fraction uses at most one harmonic per 16 samples (each costs two degrees of freedom), unless
+        # the caller says otherwise.
+        cap = min(_MAX_HARMONICS, self.n // 16 if max_harmonics is None else max_harmonics)
         h = np.full(len(periods), cap) if aliased else np.minimum(np.floor(periods / (2.0 * self.dt) + 1e-9), cap)
         freqs = _J[None, :] / periods[:, None]
         if aliased:
@@ -471,14 +475,22 @@ class _Spectrum:
         power = np.where(use, self._at(freqs), 0.0)
         return power, use.sum(axis=1).astype(np.float64)
 
-    def r2(self, periods: npt.ArrayLike, aliased: bool = False, weights: FloatArray | None = None) -> FloatArray:
+    def r2(
+        self,
+        periods: npt.ArrayLike,
+        aliased: bool = False,
+        weights: FloatArray | None = None,
+        max_harmonics: int | None = None,
+    ) -> FloatArray:
         """Explained-variance fraction of each period's harmonic waveform, bias-corrected (noise scores ~0)."""
         if self.var <= 0.0 or self.n < 16:
             return np.zeros(np.atleast_1d(np.asarray(periods)).shape)
-        power, used = self.harmonics(periods, aliased)
         if weights is not None:
-            # A matched score (for locating a known waveform's period), not a variance fraction.
+            # A matched score (for locating a known waveform's period), not a variance fraction: every harmonic
+            # the waveform has pins the period, the higher ones most, so none is capped away.
+            power, used = self.harmonics(periods, aliased, _MAX_HARMONICS)
             return np.asarray(power @ weights / self.var, dtype=np.float64)
+        power, used = self.harmonics(periods, aliased, max_harmonics)
         bias = used * self.noise_per_harmonic  # what white noise alone puts at that many harmonics
         r2 = (power.sum(axis=1) / self.var - bias) / np.maximum(1.0 - bias, 1e-12)
         # Overlapping main lobes (few cycles) can over-count a little: a variance fraction stays <= 1.
@@ -938,7 +950,11 @@ def _validate(
     # tolerance grows accordingly, or noise alone would reject long periods.
     tolerance = max(cfg.max_sub_spread, cfg.sub_spread_cycles / (n_cyc / n_sub))
     min_sub = min(sub_r)
-    coherence = float(np.mean(sub_r)) / r2
+    # Like for like: a short sub-window scores fewer harmonics (see _Spectrum.harmonics), so the whole window is
+    # compared on those same harmonics, or a harmonic-rich long period would look incoherent for its cap alone.
+    sub_cap = min(_MAX_HARMONICS, int(np.min(np.diff(edges))) // 16)
+    r2_like = float(spec.r2([period], max_harmonics=sub_cap)[0]) if sub_cap < _MAX_HARMONICS else r2
+    coherence = float(np.mean(sub_r)) / r2_like if r2_like > 0 else 0.0
     extra: dict[str, object] = {"fold_r2": r2, "sub_periods_s": tuple(sub_p), "sub_fold_r2": tuple(sub_r)}
     if n_cyc < cfg.min_cycles:
         need = window_for_periods(period, math.ceil(cfg.min_cycles))
