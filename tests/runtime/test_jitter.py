@@ -108,6 +108,21 @@ def test_a_50_percent_jittery_job_with_a_squeezed_compute_part_gets_no_wrong_bas
         assert o.conclusion != "baseline" or abs(o.window_error or 0.0) <= 0.05, o.events
 
 
+@pytest.mark.parametrize(
+    ("source", "period_s", "jitter", "seed", "start_s"),
+    [("h200-live/gpt_16-mlp_65536", 0.07, 0.3, 2, 29.9), ("h200-jitter/resnet_512", 0.25, 0.5, 2, 0.5)],
+)
+def test_a_biased_count_is_checked_by_a_template_segmentation(
+    tmp_path: Path, predictor: Predictor, source: str, period_s: float, jitter: float, seed: int, start_s: float
+) -> None:
+    """Two held-out-2 starts (bench_jitter) whose two windows' counts agreed and were both long (+8.5%, +19.5% at
+    fd7e418): a template segmentation started at each count disagrees, and the baseline is the template's."""
+    spec = JitterSpec(TRACES.parent / source, 0, period_s, jitter, "uniform", seed=seed)
+    make_jittered_trace(spec, tmp_path / "job")
+    o = profile_replay(tmp_path / "job", 1000.0 + spec.lead_s + start_s, predictor, max_steps=60)
+    assert o.conclusion == "baseline" and abs(o.window_error or 1.0) <= 0.03, o.events
+
+
 def test_holding_a_jittery_job_declares_no_phase_change(tmp_path: Path, predictor: Predictor) -> None:
     spec = JitterSpec(TRACES.parent / "h200-live" / "resnet_512", 0, 0.1, 0.1, seed=2)
     make_jittered_trace(spec, tmp_path / "job")
