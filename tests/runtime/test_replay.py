@@ -38,9 +38,9 @@ JITTER = TRACES / "h200-jitter"  # real jittery jobs, held out: checked here, ne
 JITTER_2 = TRACES / "h200-jitter-2"  # a second set, recorded while issue 17's detection changed elsewhere
 JITTER_H100 = TRACES / "h100-jitter"  # a third, on an H100: recorded while the profiling run was being built
 JITTER_H100_2 = TRACES / "h100-jitter-2"  # a fourth, on an H100: recorded before that session's rules landed
-REAL_JITTERY = sorted(
-    d for root in (JITTER, JITTER_2, JITTER_H100, JITTER_H100_2) for d in root.iterdir() if d.is_dir()
-)
+JITTER_H100_3 = TRACES / "h100-jitter-3"  # a fifth, on an H100: recorded after them, scored only on them
+REAL_ROOTS = (JITTER, JITTER_2, JITTER_H100, JITTER_H100_2, JITTER_H100_3)
+REAL_JITTERY = sorted(d for root in REAL_ROOTS for d in root.iterdir() if d.is_dir())
 MODELS = Path(__file__).resolve().parents[2] / "models"
 BUFFERED = [
     SHARED / "resnet_512",
@@ -319,9 +319,7 @@ def _daemon_conclusions(folder: Path, predictor: Predictor) -> list[tuple[str, f
     ]
 
 
-ALL_TRACES = sorted(
-    d for root in (SHARED, LIVE, JITTER, JITTER_2, JITTER_H100, JITTER_H100_2) for d in root.iterdir() if d.is_dir()
-)
+ALL_TRACES = sorted(d for root in (SHARED, LIVE, *REAL_ROOTS) for d in root.iterdir() if d.is_dir())
 
 
 @pytest.mark.parametrize("folder", ALL_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
