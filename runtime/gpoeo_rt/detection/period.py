@@ -406,13 +406,19 @@ _EARLIER = np.tril(np.ones((_MAX_HARMONICS, _MAX_HARMONICS), dtype=bool), -1)
 _EARLIER.flags.writeable = False
 
 
+def _variance_cap(n_samples: int) -> int:
+    """Harmonics a variance fraction over n_samples may use: one per 16 samples (each costs two degrees of
+    freedom), at most _MAX_HARMONICS."""
+    return min(_MAX_HARMONICS, n_samples // 16)
+
+
 def _n_harmonics(period_s: float, dt: float, n_samples: int, aliased: bool = False) -> int:
     """Harmonics of `period_s` a score may use: only those below Nyquist (1 / 2dt), i.e. real frequencies of the
     sampled signal, unless `aliased`. Allowing aliased harmonics lets a wrong period explain the data through
     coincidences of aliasing (with T = 19 samples, T/4's 5th harmonic lands on T's fundamental). Few samples,
     few harmonics, so that noise cannot be fitted."""
     below_nyquist = _MAX_HARMONICS if aliased else math.floor(period_s / (2.0 * dt) + 1e-9)
-    return int(max(0, min(_MAX_HARMONICS, below_nyquist, n_samples // 16)))
+    return int(max(0, min(below_nyquist, _variance_cap(n_samples))))
 
 
 class _Spectrum:
@@ -464,9 +470,7 @@ class _Spectrum:
         """
         periods = np.atleast_1d(np.asarray(periods, dtype=np.float64))
         fs = 1.0 / self.dt
-        # A variance fraction uses at most one harmonic per 16 samples (each costs two degrees of freedom), unless
-        # the caller says otherwise.
-        cap = min(_MAX_HARMONICS, self.n // 16 if max_harmonics is None else max_harmonics)
+        cap = min(_MAX_HARMONICS, _variance_cap(self.n) if max_harmonics is None else max_harmonics)
         h = np.full(len(periods), cap) if aliased else np.minimum(np.floor(periods / (2.0 * self.dt) + 1e-9), cap)
         freqs = _J[None, :] / periods[:, None]
         if aliased:
@@ -956,7 +960,7 @@ def _validate(
     min_sub = min(sub_r)
     # Like for like: a short sub-window scores fewer harmonics (see _Spectrum.harmonics), so the whole window is
     # compared on those same harmonics, or a harmonic-rich long period would look incoherent for its cap alone.
-    sub_cap = min(_MAX_HARMONICS, int(np.min(np.diff(edges))) // 16)
+    sub_cap = _variance_cap(int(np.min(np.diff(edges))))
     r2_like = float(spec.r2([period], max_harmonics=sub_cap)[0]) if sub_cap < _MAX_HARMONICS else r2
     coherence = float(np.mean(sub_r)) / r2_like if r2_like > 0 else 0.0
     extra: dict[str, object] = {"fold_r2": r2, "sub_periods_s": tuple(sub_p), "sub_fold_r2": tuple(sub_r)}
@@ -1239,12 +1243,14 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
     # The band-passed count is biased, not noisy, where iterations merge or a long stall rings (docs/jitter.md,
     # session 9): a matched-template segmentation started at it is an independent estimate of the same mean.
     seg = _segment_count(y, dt, c.period, cfg)
-    if seg is not None and seg.cycles >= 8 and abs(seg.period / c.period - 1.0) > cfg.count_template_agreement:
+    if (
+        seg is not None
+        and seg.cycles >= _MIN_SEGMENTED
+        and abs(seg.period / c.period - 1.0) > cfg.count_template_agreement
+    ):
         disagree = f"counted {c.period * 1e3:.1f} ms, but a matched template segments {seg.period * 1e3:.1f} ms"
         if seg.cycles >= cfg.template_min_cycles and t_lo <= seg.period <= t_hi:
-            conf = min(1.0, seg.r2) * max(0.0, 1.0 - seg.spread) * 0.8
-            message = f"mean period {seg.period * 1e3:.2f} ms, segmented ({seg.cycles} iterations; {disagree})"
-            return _mean_period(failed, seg.period, conf, seg.r2, seg.sub_periods, seg.spread, "template", message)
+            return _segmented_period(failed, seg, f"{disagree}; {failed.message}")
         return replace(failed, message=f"{failed.message}; {disagree} ({seg.cycles} iterations): no count")
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
     message = (
@@ -1582,6 +1588,9 @@ def _segment_count(y: FloatArray, dt: float, period: float, cfg: DetectorConfig)
     return best if trusted else None
 
 
+_MIN_SEGMENTED = 8  # iterations a template segmentation must find to say anything about the period
+
+
 def _segment_cycles(
     y: FloatArray,
     dt: float,
@@ -1601,7 +1610,7 @@ def _segment_cycles(
     found = [
         s
         for p in candidates[:2]
-        if (s := _segment_count(y, dt, p, cfg)) is not None and t_lo <= s.period <= t_hi and s.cycles >= 8
+        if (s := _segment_count(y, dt, p, cfg)) is not None and t_lo <= s.period <= t_hi and s.cycles >= _MIN_SEGMENTED
     ]
     if not found:
         return replace(failed, message=failed.message + "; no template segmentation holds")
@@ -1618,10 +1627,15 @@ def _segment_cycles(
             # (not a fold's guess at a long period: the template has found the iterations)
             suggested_window_s=need_s,
         )
+    return _segmented_period(failed, s, failed.message)
+
+
+def _segmented_period(failed: PeriodEstimate, s: _Segmentation, note: str) -> PeriodEstimate:
+    """A template segmentation's mean iteration time as the window's estimate."""
     conf = min(1.0, s.r2) * max(0.0, 1.0 - s.spread) * 0.8
     message = (
         f"mean period {s.period * 1e3:.2f} ms, segmented by a matched template ({s.cycles} iterations, "
-        f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}; {failed.message})"
+        f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}; {note})"
     )
     return _mean_period(failed, s.period, conf, s.r2, s.sub_periods, s.spread, "template", message)
 
