@@ -19,9 +19,10 @@ running before the job: the time to the baseline counts from the job's first ite
 after the first iteration.
 
 A fourth, "held-out-2", was fixed later (see HELD_OUT_2): recordings and periods no other set uses, a new seed; and
-a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings at other periods, another seed.
+a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings at other periods, another seed;
+a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4).
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2|held-out-3|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..4|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -74,11 +75,16 @@ HELD_OUT_2_PERIODS = (0.07, 0.12, 0.18, 0.25, 0.35, 0.45)
 # A third, fixed once held-out-2's three starts more than 5% off had been looked at (sixth session): the same
 # recordings at periods no set uses, seed 3.
 HELD_OUT_3_PERIODS = (0.065, 0.09, 0.14, 0.22, 0.32, 0.42, 0.48)
+# A fourth, fixed (2026-12-05, seventh session) before that session's rules: held-out-2's recordings and
+# h200-live/resnet_512, at periods no set uses (more of them long: the late starts are there), seed 4.
+HELD_OUT_4 = (*HELD_OUT_2, (TRACES / "h200-live/resnet_512", 0, 0.1045))
+HELD_OUT_4_PERIODS = (0.075, 0.11, 0.16, 0.24, 0.28, 0.38, 0.44)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
     "held-out-2": (HELD_OUT_2, HELD_OUT_2_PERIODS, 2),
     "held-out-3": (HELD_OUT_2, HELD_OUT_3_PERIODS, 3),
+    "held-out-4": (HELD_OUT_4, HELD_OUT_4_PERIODS, 4),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
