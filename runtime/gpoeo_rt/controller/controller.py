@@ -9,6 +9,8 @@ logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
         |--no activity--> IDLE --activity--> PROFILING             |--no activity--> IDLE
     any state --stop() or an exception in step()--> STOPPED (clocks reset)
 
+One window (or run of windows) of segmented iterations that stands alone (`PeriodEstimate.stands_alone`: long
+iterations, no multiple of its period fits as well, no alternating segments) is a baseline without a second.
 A profiling window that the detector wants longer, to tell a wandering period from an alias, is not counted among
 the three failures: the next window is as long as it asks (see `_step_profiling`). One whose power ends at the idle
 level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure.
@@ -578,6 +580,8 @@ class Controller:
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
+            if est.stands_alone:
+                return self._on_baseline([(m, window)], [counters], info)
             # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate. And
             # only by one method: a folded period and a counted one are different evidence (on the 9.8 ms MLP
             # phases, a rare folded alias and a rare counted one could otherwise pair up).
@@ -585,7 +589,7 @@ class Controller:
             if prev is not None and prev[0].period_s is not None and same_kind:
                 gap = abs(est.period_s - prev[0].period_s) / prev[0].period_s
                 if gap <= self._agreement(prev[0].estimate, est):
-                    return self._on_baseline(prev, (m, window), [*self._prof_counters, counters], info)
+                    return self._on_baseline([prev, (m, window)], [*self._prof_counters, counters], info)
             elif (
                 prev is not None
                 and prev[0].period_s is not None
@@ -599,7 +603,7 @@ class Controller:
                 counted = count_confirms(*_concat([prev[1], window]), periods, agreement=cfg.period_agreement)
                 if counted is not None:
                     both = [*self._prof_counters, counters]
-                    return self._on_baseline(prev, (m, window), both, info, counted=counted)
+                    return self._on_baseline([prev, (m, window)], both, info, counted=counted)
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
             self._prof_run.append(window)
@@ -670,6 +674,9 @@ class Controller:
         if not (est.ok and est.period_s is not None) or est.method == "fold":
             return None
         m = self._reduce(merged, est)
+        if est.stands_alone:
+            self._prof_run = []
+            return self._on_baseline([(m, merged)], [dict(merged.counters.features)], info)
         self._prof_prev = (m, merged)
         self._prof_counters = [dict(merged.counters.features)]
         windows, self._prof_run = len(self._prof_run), []
@@ -686,40 +693,49 @@ class Controller:
 
     def _on_baseline(
         self,
-        first: tuple[_Measured, PowerWindow],
-        second: tuple[_Measured, PowerWindow],
+        measured: list[tuple[_Measured, PowerWindow]],
         counters: list[dict[str, float]],
         info: dict[str, Any],
         *,
         counted: tuple[float, float] | None = None,
     ) -> Decision:
-        """Two agreeing windows at reference clocks: the baseline. A phase seen before goes straight to its
-        config; a new one is searched."""
-        (m1, w1), (m2, w2) = first, second
+        """Two agreeing windows at reference clocks, or one that stands alone (`PeriodEstimate.stands_alone`): the
+        baseline. A phase seen before goes straight to its config; a new one is searched."""
+        (m1, w1), (m2, w2) = measured[0], measured[-1]
         assert m1.period_s is not None and m2.period_s is not None
+        windows = [w for _, w in measured]
         if self._prof_window_s > self.config.first_window_s:
-            self._window_floor_s = min(m1.window_s, m2.window_s)
-        weights = (m1.window_s, m2.window_s)
-        period = float(np.average([m1.period_s, m2.period_s], weights=weights))
+            lengths = [m.window_s for m, _ in measured]
+            if len(measured) == 1:  # later windows as long as a pair's second window would have been
+                lengths.append(self._counted_second_window(m1.window_s, m1.period_s))
+            self._window_floor_s = min(lengths)
+        weights = [m.window_s for m, _ in measured]
+        period = float(np.average([m.period_s for m, _ in measured], weights=weights))
         # Both windows as one, for precision (every ratio is relative to this period). The two already agree, so
         # the search is narrowed to their neighbourhood; if the joint fit fails, the average stays (or, for two
         # folds, the count over both windows: below).
         timing = m2.estimate.timing
         method, spread = m2.estimate.method, max(m1.estimate.spread, m2.estimate.spread)
+        pair = len(measured) == 2  # else one window that stands alone: its own estimate
+        joint = None
+        if pair and counted is None:
+            joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
         if counted is not None:  # a fold and a count: the mean iteration time is the count over both
             (period, spread), method = counted, "count"
         elif (
-            joint := self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
-        ).period_s is not None and abs(joint.period_s / period - 1.0) <= self._agreement(m1.estimate, m2.estimate):
+            joint is not None
+            and joint.period_s is not None
+            and abs(joint.period_s / period - 1.0) <= self._agreement(m1.estimate, m2.estimate)
+        ):
             period = joint.period_s
-        elif timing == SIGNAL and m1.estimate.method == m2.estimate.method == "fold":
+        elif pair and timing == SIGNAL and m1.estimate.method == m2.estimate.method == "fold":
             # Two folds, not one over both windows: the iterations' phase moved between them. A fold lines up the
             # typical iteration; where long host stalls moved it, the mean iteration time (counted) is longer.
             counted = counted_period_near(*_concat([w1, w2]), period)
             if counted is not None and _FOLD_SHORT[0] <= counted[0] / period - 1.0 <= _FOLD_SHORT[1]:
                 period, spread = counted
                 method = "count"
-        power = self._window_power([w1, w2], period if timing == MARKERS else None)
+        power = self._window_power(windows, period if timing == MARKERS else None)
         info = {**info, "window_s": sum(weights), "period_s": period, "power_w": power, "timing": timing}
         mean_counters = {
             name: float(np.nanmean(vals))
@@ -766,8 +782,9 @@ class Controller:
         return self._decide(
             "baseline",
             State.SEARCHING,
-            f"baseline: period {period * 1e3:.2f} ms (from the {timing}), {power:.1f} W, {power * period:.3f} J per "
-            f"iteration at reference clocks; searching ({self.config.policy.value})",
+            f"baseline: period {period * 1e3:.2f} ms (from the {timing}{'' if pair else ', one window'}), "
+            f"{power:.1f} W, {power * period:.3f} J per iteration at reference clocks; searching "
+            f"({self.config.policy.value})",
             **info,
             measured_time_ratio=1.0,
             measured_energy_ratio=1.0,

@@ -16,7 +16,8 @@ from gpoeo_rt.features import FEATURE_NAMES
 
 
 class State(StrEnum):
-    PROFILING = "profiling"  # at reference clocks: find the period (two agreeing windows), measure the baseline
+    PROFILING = "profiling"  # at reference clocks: find the period (two agreeing windows, or one segmented window
+    # that stands alone: PeriodEstimate.stands_alone), measure the baseline
     SEARCHING = "searching"  # predict the grid once, then probe configs (each a whole number of periods)
     HOLDING = "holding"  # at the chosen config: re-check slowdown and phase now and then
     GUARDING = "guarding"  # measured slowdown broke the bound: stepped one clock toward reference, re-checking

