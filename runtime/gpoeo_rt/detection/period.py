@@ -195,6 +195,10 @@ class DetectorConfig:
     # Segments alternating long / short are a longer iteration split in two (a 500 ms pulse job segments at
     # 252 ms): consecutive lengths then anti-correlate (tuning jobs >= -0.32).
     template_min_lag1: float = -0.5
+    # Segment lengths that alternate (by position modulo 2 or 3: an F statistic this large has p < 0.001 for 30-100
+    # independent iterations; iterations split in two give 34-52) are iterations split in parts: the whole
+    # iteration is segmented instead, or nothing is (a job of two bursts per iteration, docs/jitter.md).
+    template_max_alternation: float = 10.0
     # Host stalls idle the SMs, and an H200's power falls toward idle (~25% of its busy level) within 60 ms: a job
     # whose iterations are parted by stalls varies its power by far more than this share of its level (std over
     # mean: the real H200 stall jobs 0.28-0.46), where the alias of 9.8 ms iterations varies by 0.08-0.12.
@@ -204,10 +208,7 @@ class DetectorConfig:
     # _stands_alone) is a baseline on its own: a second window of 30 such iterations would take 2 x 30 x 300 ms.
     template_alone_min_samples: float = 8.0
     template_alone_multiples: tuple[int, ...] = (2, 3)
-    # ... nor whose segment lengths alternate (by position modulo 2 or 3: an F statistic this large has p < 0.001
-    # for 30-100 independent iterations; split iterations give 40-50, docs/jitter.md).
-    template_alone_max_alternation: float = 10.0
-    # ... nor whose segments spread by more than this (long stalls, where a window's segments can run into one:
+    # ... nor one whose segments spread by more than this (long stalls, where segments can run into one another:
     # held-out-4's only one-window baseline more than 5% off segmented at 42%, looked at after scoring it).
     template_alone_max_spread: float = 0.4
 
@@ -1587,7 +1588,9 @@ def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float,
 _SUPPORT_R2 = 0.1
 
 
-def _segment_count(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Segmentation | None:
+def _segment_count(
+    y: FloatArray, dt: float, period: float, cfg: DetectorConfig, *, whole: bool = True
+) -> _Segmentation | None:
     """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees.
 
     Trust needs two runs that fit within _SUPPORT_R2 of the best, itself >= template_min_r2: once the runs left
@@ -1605,13 +1608,19 @@ def _segment_count(y: FloatArray, dt: float, period: float, cfg: DetectorConfig)
     support = [
         r for r in runs if r.r2 >= best.r2 - _SUPPORT_R2 and abs(r.period / best.period - 1.0) <= cfg.template_agreement
     ]
+    if best.alternation >= cfg.template_max_alternation or best.lag1 < cfg.template_min_lag1:
+        # Segments that alternate are iterations split in k (only one part holds the stall): the whole iteration
+        # is the segment, if a segmentation started there holds (and is not split in turn).
+        for k in (2, 3) if whole else ():
+            if (longer := _segment_count(y, dt, k * best.period, cfg, whole=False)) is not None:
+                return longer
+        return None
     trusted = (
         best.r2 >= cfg.template_min_r2
         and len(support) >= 2
         and best.depth >= cfg.template_min_depth
         and best.wander <= cfg.template_max_wander
         and best.spread >= cfg.template_min_spread
-        and best.lag1 >= cfg.template_min_lag1
     )
     return best if trusted else None
 
@@ -1660,15 +1669,14 @@ def _segment_cycles(
 
 def _stands_alone(y: FloatArray, dt: float, s: _Segmentation, cfg: DetectorConfig) -> bool:
     """Whether a segmentation of template_min_cycles iterations needs no second window: its iterations span
-    template_alone_min_samples samples or more, its segment lengths neither alternate nor spread by more than
-    template_alone_max_spread, and no segmentation started
-    at a multiple of its period fits as well with segments of at least 1.5 of its own. A job with two bursts per
-    iteration can segment at half its period: its segments then alternate (the stall sits in every other one),
-    and often the whole iteration as the template fits better (on the held-out-2/3 windows: both such windows,
-    and 6 of 858 right ones, all under 100 ms)."""
+    template_alone_min_samples samples or more, its segments spread by at most template_alone_max_spread, and no
+    segmentation started at a multiple of its period fits as well with segments of at least 1.5 of its own (a
+    job with two bursts per iteration can segment at half its period; the whole iteration as the template then
+    fits better: on the held-out-2/3 windows both such windows, and 6 of 858 right ones, all under 100 ms).
+    Segments that alternate never get here (_segment_count)."""
     if s.cycles < cfg.template_min_cycles or s.period < cfg.template_alone_min_samples * dt:
         return False
-    if s.alternation >= cfg.template_alone_max_alternation or s.spread > cfg.template_alone_max_spread:
+    if s.spread > cfg.template_alone_max_spread:
         return False
     for k in cfg.template_alone_multiples:
         for start in cfg.template_starts:
