@@ -472,13 +472,15 @@ class Controller:
         max_period_s: float | None = None,
         detector: DetectorConfig | None = None,
         timing: str | None = None,
+        stands_alone: bool = False,
     ) -> PeriodEstimate:
         """The period of consecutive windows at one config: from the step markers when enough arrived, else from
         the power signal. `timing` (default: the baseline's source, except while profiling) pins the source:
         within a phase every ratio compares periods of one source (a marked step and a power cycle need not be the
         same thing). Pinned to markers that are missing, the answer is "no period", which the states handle like
         any other. A marker estimate's level_w is the windows' mean power (`_window_power`), as phase-change
-        checks compare it; the signal's is the detector's own."""
+        checks compare it; the signal's is the detector's own. `stands_alone`: have the detector judge whether a
+        segmented window needs no second one (profiling only: it costs more segmentations)."""
         cfg = self.config
         if timing is None and self._baseline is not None and self.state is not State.PROFILING:
             timing = self._baseline.timing  # profiling finds the (new) phase's source afresh
@@ -498,7 +500,13 @@ class Controller:
                 return replace(marked, level_w=self._window_power(windows, marked.period_s))
         if detector is not None:
             return detect_period(t_s, power_w, config=detector)
-        return detect_period(t_s, power_w, min_period_s=min_period_s, max_period_s=max_period_s or cfg.max_period_s)
+        return detect_period(
+            t_s,
+            power_w,
+            min_period_s=min_period_s,
+            max_period_s=max_period_s or cfg.max_period_s,
+            config=DetectorConfig(judge_stands_alone=True) if stands_alone else None,
+        )
 
     def _agreement(self, a: PeriodEstimate, b: PeriodEstimate) -> float:
         """How closely two windows' periods must agree to be one phase's: period_agreement for steady iterations;
@@ -561,7 +569,7 @@ class Controller:
         window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last else 0.0)
         if self._prof_run and not _touches(self._prof_run[-1], window):
             self._prof_run = []  # a pause too long for the driver's buffer: the samples no longer touch
-        est = self._estimate([window])
+        est = self._estimate([window], stands_alone=True)
         m = self._reduce(window, est)
         info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing}
         # Idle whatever the detector says: an idle H200's buffered power carries a 10 Hz artefact that folds.
@@ -668,7 +676,7 @@ class Controller:
         without waiting for a longer third. A period counted is a candidate like a window's (it replaces the
         last), and needs a second window, as long, that agrees."""
         merged = merge_windows(self._prof_run)
-        est = self._estimate([merged])
+        est = self._estimate([merged], stands_alone=True)
         # Only counted iterations: a fold needs no more than one window, and over windows that folded apart it
         # can lock onto a multiple (a steady 100 ms job's 3 s and 2 s windows folded as one at 500 ms).
         if not (est.ok and est.period_s is not None) or est.method == "fold":

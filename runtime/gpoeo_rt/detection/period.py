@@ -207,10 +207,12 @@ class DetectorConfig:
     # that no longer segmentation explains as well (the iterations are not a whole number of its segments: see
     # _stands_alone) is a baseline on its own: a second window of 30 such iterations would take 2 x 30 x 300 ms.
     template_alone_min_samples: float = 8.0
-    template_alone_multiples: tuple[int, ...] = (2, 3)
     # ... nor one whose segments spread by more than this (long stalls, where segments can run into one another:
     # held-out-4's only one-window baseline more than 5% off segmented at 42%, looked at after scoring it).
     template_alone_max_spread: float = 0.4
+    # Whether to judge that at all: only profiling uses it, and the multiples cost up to six more segmentations
+    # of the window (Controller._estimate asks for it on profiling windows only).
+    judge_stands_alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -1405,7 +1407,12 @@ class _Segmentation:
     depth: float = 0.0  # (mean of the template - stall level) / std of the samples
     stall_share: float = 0.0  # share of the samples in stalls (after the template)
     stall_noise: float = 0.0  # mean squared deviation of stall samples from the stall level / variance
-    alternation: float = 0.0  # segment lengths by position modulo 2 or 3: the larger F statistic of class means
+    alternation: float = 0.0  # segment lengths by position modulo _SPLIT_PARTS: the larger F statistic of means
+
+
+# An iteration split in parts is split in 2 or 3 of them: the alternation statistic's moduli, the multiples a split
+# segmentation gives way to (_segment_count) and those a window that stands alone is checked against.
+_SPLIT_PARTS = (2, 3)
 
 
 def _initial_boundaries(y: FloatArray, dt: float, period: float) -> FloatArray:
@@ -1557,7 +1564,7 @@ def _segment_from(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) 
         depth=(float(model[0].mean()) - model[1]) / float(y.std()) if model is not None else 0.0,
         stall_share=float(np.clip(1.0 - compute_s / lengths.mean(), 0.0, 1.0)),
         stall_noise=_stall_noise(y, dt, starts, compute_s, model[1]) if model is not None else math.inf,
-        alternation=max(_alternation(lengths, k) for k in (2, 3)),
+        alternation=max(_alternation(lengths, k) for k in _SPLIT_PARTS),
     )
 
 
@@ -1611,7 +1618,7 @@ def _segment_count(
     if best.alternation >= cfg.template_max_alternation or best.lag1 < cfg.template_min_lag1:
         # Segments that alternate are iterations split in k (only one part holds the stall): the whole iteration
         # is the segment, if a segmentation started there holds (and is not split in turn).
-        for k in (2, 3) if whole else ():
+        for k in _SPLIT_PARTS if whole else ():
             if (longer := _segment_count(y, dt, k * best.period, cfg, whole=False)) is not None:
                 return longer
         return None
@@ -1674,11 +1681,13 @@ def _stands_alone(y: FloatArray, dt: float, s: _Segmentation, cfg: DetectorConfi
     job with two bursts per iteration can segment at half its period; the whole iteration as the template then
     fits better: on the held-out-2/3 windows both such windows, and 6 of 858 right ones, all under 100 ms).
     Segments that alternate never get here (_segment_count)."""
+    if not cfg.judge_stands_alone:
+        return False
     if s.cycles < cfg.template_min_cycles or s.period < cfg.template_alone_min_samples * dt:
         return False
     if s.spread > cfg.template_alone_max_spread:
         return False
-    for k in cfg.template_alone_multiples:
+    for k in _SPLIT_PARTS:
         for start in cfg.template_starts:
             longer = _segment_from(y, dt, k * start * s.period, cfg)
             if longer is not None and longer.period >= 1.5 * s.period and longer.r2 >= s.r2:
