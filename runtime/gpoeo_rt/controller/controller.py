@@ -11,8 +11,7 @@ logged as one JSON-ready dict (see state.LOG_KEYS). The state machine:
 
 One window (or run of windows) of segmented iterations that stands alone (`PeriodEstimate.stands_alone`: long
 iterations, no multiple of its period fits as well, no alternating segments) is a baseline without a second; so is
-a run whose windows' candidates paired with none (`_run_alone`). After a window without a period the next doubles,
-cut to end profile_target_s (19 s) after profiling began: 3 + 6 + 10 s.
+a run whose windows' candidates paired with none (`_run_alone`).
 A profiling window that the detector wants longer, to tell a wandering period from an alias, is not counted among
 the three failures: the next window is as long as it asks (see `_step_profiling`). One whose power ends at the idle
 level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure.
@@ -98,9 +97,6 @@ class ControllerConfig:
     # ... or, for jittery iterations, as closely as chance allows (see Controller._agreement), up to this.
     max_jitter_agreement: float = 0.10
     max_profile_failures: int = 3  # windows without a period before the aperiodic fallback
-    # A window doubled after a window without a period ends by this long after profiling began (issue 17's 20 s
-    # less a second to analyse), but is at least 1.5 x the last: 3 + 6 + 10 s, not 3 + 6 + 12 s.
-    profile_target_s: float = 19.0
     # A profiling window continues the last one (its samples touch the last's) when it starts at most this long
     # after it ended: the pause's samples are still in the driver's buffer. Runs of windows: _run_candidate.
     profile_run_gap_s: float = 2.0
@@ -551,7 +547,6 @@ class Controller:
     def _start_profiling(self) -> None:
         self._prof_prev: tuple[_Measured, PowerWindow] | None = None
         self._prof_window_s = self.config.first_window_s
-        self._prof_started_s = self._now()
         # Short periods (a few 50 Hz samples each) need longer windows than 20 periods: profiling lengthens its
         # window until a period holds, and every later window of the phase is at least that long.
         self._window_floor_s = 0.0
@@ -662,7 +657,7 @@ class Controller:
             self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         if self._prof_window_s < cfg.max_window_s:
-            self._prof_window_s = self._doubled_window(self._prof_window_s)
+            self._prof_window_s = min(cfg.max_window_s, 2.0 * self._prof_window_s)
             return self._decide(
                 "no_period",
                 State.PROFILING,
@@ -670,13 +665,6 @@ class Controller:
                 **info,
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
-
-    def _doubled_window(self, last_s: float) -> float:
-        """The window after one without a period: twice the last, cut to end by profile_target_s after profiling
-        began, but at least 1.5 x the last."""
-        cfg = self.config
-        left_s = cfg.profile_target_s - (self._now() - self._prof_started_s)
-        return min(cfg.max_window_s, 2.0 * last_s, max(left_s, 1.5 * last_s))
 
     def _counted_second_window(self, candidate_s: float, period_s: float) -> float:
         """A counted candidate's second window: as long as the candidate's (its iterations were needed to count),
