@@ -614,7 +614,7 @@ class Controller:
                     both = [*self._prof_counters, counters]
                     return self._on_baseline([prev, (m, window)], both, info, counted=counted)
             self._prof_run.append(window)
-            if len(self._prof_run) > 1 and (found := self._run_alone(info)) is not None:
+            if len(self._prof_run) > 1 and (found := self._run_alone(*self._merged_run(), info)) is not None:
                 return found
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
@@ -673,32 +673,34 @@ class Controller:
         cap = max(self.config.counted_window_periods * period_s, self.config.first_window_s)
         return min(candidate_s, cap)
 
-    def _run_alone(self, info: dict[str, Any]) -> Decision | None:
-        """The windows of the run analysed as one, when the last window's candidate paired with none: a baseline if
-        the run stands alone (a jittery job's 6 s windows of 23 iterations each count 2-6% apart, by chance, where
-        both together segment 46)."""
+    def _merged_run(self) -> tuple[PowerWindow, PeriodEstimate]:
+        """The windows of the run (consecutive, at reference, since the last reset; none paired) as one window, and
+        its estimate."""
         merged = merge_windows(self._prof_run)
-        est = self._estimate([merged], stands_alone=True)
+        return merged, self._estimate([merged], stands_alone=True)
+
+    def _run_alone(self, merged: PowerWindow, est: PeriodEstimate, info: dict[str, Any]) -> Decision | None:
+        """The merged run as the baseline, if it stands alone. Tried after a window without a period
+        (`_run_candidate`) and after one whose candidate paired with none: a jittery job's 6 s windows of 23
+        iterations each count 2-6% apart, by chance, where both together segment 46."""
         if not (est.ok and est.period_s is not None and est.stands_alone):
             return None
         self._prof_run = []
         return self._on_baseline([(self._reduce(merged, est), merged)], [dict(merged.counters.features)], info)
 
     def _run_candidate(self, info: dict[str, Any]) -> Decision | None:
-        """The windows of the run (consecutive, at reference, since the last reset; none paired) analysed as one: a
-        jittery job whose iterations a 3 s and a 6 s window each hold too few of can be counted over both (9 s)
-        without waiting for a longer third. A period counted is a candidate like a window's (it replaces the
-        last), and needs a second window, as long, that agrees."""
-        merged = merge_windows(self._prof_run)
-        est = self._estimate([merged], stands_alone=True)
+        """The windows of the run analysed as one: a jittery job whose iterations a 3 s and a 6 s window each hold
+        too few of can be counted over both (9 s) without waiting for a longer third. A run that stands alone is
+        the baseline; a period counted is a candidate like a window's (it replaces the last), and needs a second
+        window, as long, that agrees."""
+        merged, est = self._merged_run()
+        if (found := self._run_alone(merged, est, info)) is not None:
+            return found
         # Only counted iterations: a fold needs no more than one window, and over windows that folded apart it
         # can lock onto a multiple (a steady 100 ms job's 3 s and 2 s windows folded as one at 500 ms).
         if not (est.ok and est.period_s is not None) or est.method == "fold":
             return None
         m = self._reduce(merged, est)
-        if est.stands_alone:
-            self._prof_run = []
-            return self._on_baseline([(m, merged)], [dict(merged.counters.features)], info)
         self._prof_prev = (m, merged)
         self._prof_counters = [dict(merged.counters.features)]
         windows, self._prof_run = len(self._prof_run), []
