@@ -21,9 +21,10 @@ offsets after the first iteration.
 A fourth, "held-out-2", was fixed later (see HELD_OUT_2): recordings and periods no other set uses, a new seed; and
 a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings at other periods, another seed;
 a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a seventh, "held-out-5", to check the
-last of them, and an eighth, "held-out-6", before the eighth session's rules.
+last of them, an eighth, "held-out-6", before the eighth session's rules, and a ninth, "held-out-7", before the
+ninth's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..6|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..7|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ HELD_OUT_5_PERIODS = (0.085, 0.13, 0.19, 0.26, 0.30, 0.36, 0.46)
 # A sixth, fixed (2026-12-05, eighth session) before that session's rules, once held-out-5's rows had been read: the
 # same recordings, periods no set uses, seed 6.
 HELD_OUT_6_PERIODS = (0.08, 0.105, 0.17, 0.23, 0.27, 0.33, 0.40)
+# A seventh, fixed (2026-12-05, ninth session) before that session's rules, once held-out-6's off>5% rows had been
+# read: the same recordings, periods no set uses, seed 7.
+HELD_OUT_7_PERIODS = (0.095, 0.125, 0.155, 0.21, 0.29, 0.34, 0.41)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -94,6 +98,7 @@ HELD_OUT_SETS = {
     "held-out-4": (HELD_OUT_4, HELD_OUT_4_PERIODS, 4),
     "held-out-5": (HELD_OUT_4, HELD_OUT_5_PERIODS, 5),
     "held-out-6": (HELD_OUT_4, HELD_OUT_6_PERIODS, 6),
+    "held-out-7": (HELD_OUT_4, HELD_OUT_7_PERIODS, 7),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
