@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """How often consecutive profiling windows of fast jobs' aliases would pair: by one method (a fold with a fold, a
-count with a count, within 10%), and by the fold/count rule (within 2%, and the count over both windows within 2%
-of each). The jobs: the 100 wandering 22-40 ms jobs of tests/runtime/test_period.py (same generator and seed), 60 s
-long, cut into consecutive 3, 6 and 12 s windows. Pure detection, no controller: it bounds how much the fold/count
-rule adds to what pairing by one method already lets through (docs/jitter.md, session 7).
+count with a count, within 10%), by the fold/count rule (within 2%, and the count over both windows within 2%
+of each), and by the fold-then-count rule (a window with a folded period, then one without: the count over both
+within 2% of the fold). The jobs: the 100 wandering 22-40 ms jobs of tests/runtime/test_period.py (same
+generator and seed), 60 s long, cut into consecutive 3, 6 and 12 s windows. Pure detection, no controller: it
+bounds how much the fold/count and fold-then-count rules add to what pairing by one method already lets through
+(docs/jitter.md, sessions 7 and 12).
 
 Usage: python scripts/bench_alias_pairs.py [--rows]
 """
@@ -27,9 +29,9 @@ AGREEMENT = ControllerConfig().period_agreement  # the profiling rule's (2%)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--rows", action="store_true", help="print every fold/count pair that the rule accepts")
+    ap.add_argument("--rows", action="store_true", help="print every pair that a count rule accepts")
     args = ap.parse_args()
-    windows = same = mixed = accepted = 0
+    windows = same = mixed = accepted = then_none = then_none_accepted = 0
     for i, job in enumerate(wandering_fast_jobs(duration_s=60.0)):
         period = job.period_s
         t, p = sample(job)
@@ -38,6 +40,16 @@ def main() -> None:
             ests = [(detect_period(t[k], p[k]), k) for k in cuts]
             windows += len(ests)
             for (e1, k1), (e2, k2) in itertools.pairwise(ests):
+                if e1.ok and e1.period_s and e1.method == "fold" and not e2.ok:
+                    then_none += 1
+                    both = (e1.period_s, e1.period_s)
+                    if count_confirms(t[k1 | k2], p[k1 | k2], both, agreement=AGREEMENT) is not None:
+                        then_none_accepted += 1
+                        if args.rows:
+                            print(
+                                f"job {i}: {period * 1e3:.1f} ms iterations, {length:g} s windows: "
+                                f"fold {e1.period_s * 1e3:.1f} ms, then none"
+                            )
                 if not (e1.ok and e2.ok and e1.period_s and e2.period_s):
                     continue
                 gap = abs(e2.period_s / e1.period_s - 1.0)
@@ -57,7 +69,8 @@ def main() -> None:
                         )
     print(
         f"{windows} windows; consecutive pairs by one method within 10%: {same}; "
-        f"fold and count within 2%: {mixed}, of which the joint count accepts {accepted}"
+        f"fold and count within 2%: {mixed}, of which the joint count accepts {accepted}; a fold, then none: "
+        f"{then_none}, of which the joint count accepts {then_none_accepted}"
     )
 
 

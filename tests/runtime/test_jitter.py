@@ -232,3 +232,17 @@ def test_a_run_whose_windows_did_not_pair_stands_alone_as_one(tmp_path: Path, pr
     o = profile_replay(tmp_path / "job", start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 15.0 and o.window_error is not None and abs(o.window_error) < 0.01
+
+
+def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_confirms_it(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """160 ms +-10% heavy-tailed stalls: the second candidate's fold is followed by a 6 s window whose phase
+    diffused (it neither folds nor counts alone); the count over both windows confirms the fold: a baseline 9.6 s
+    in (before: two more windows, 15.4 s in)."""
+    spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "heavy", duration_s=60.0)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "period_candidate", "baseline"], o.events
+    assert o.concluded_s - start <= 10.0 and o.window_error is not None and abs(o.window_error) < 0.01

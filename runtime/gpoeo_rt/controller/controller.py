@@ -632,6 +632,8 @@ class Controller:
                 f"{self._agreement(est, est) * 100:.0f}%",
                 **info,
             )
+        if (found := self._fold_then_count(m, window, info)) is not None:
+            return found
         self._prof_prev = None
         self._prof_run.append(window)
         if len(self._prof_run) > 1 and (found := self._run_candidate(info)) is not None:
@@ -665,6 +667,37 @@ class Controller:
                 **info,
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
+
+    def _fold_then_count(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
+        """A folded candidate, then a touching window without a period: a +-10% job's phase diffuses over the
+        longer second window, which then neither folds nor counts on its own. The count over both windows near
+        the candidate (`count_confirms`), within period_agreement of it, pairs them; the count is the period."""
+        prev, est = self._prof_prev, m.estimate
+        countable = (Verdict.APERIODIC, Verdict.TOO_SHORT, Verdict.INSUFFICIENT_DATA)
+        if (
+            prev is None
+            or prev[0].period_s is None
+            or prev[0].timing != SIGNAL
+            or prev[0].estimate.method != "fold"
+            or est.timing != SIGNAL
+            or est.verdict not in countable
+            or not _touches(prev[1], window)
+        ):
+            return None
+        period = prev[0].period_s
+        counted = count_confirms(*_concat([prev[1], window]), (period, period), agreement=self.config.period_agreement)
+        if counted is None:
+            return None
+        as_count = replace(
+            est,
+            period_s=counted[0],
+            verdict=Verdict.OK,
+            method="count",
+            spread=counted[1],
+            confidence=prev[0].estimate.confidence,
+        )
+        both = [*self._prof_counters, dict(window.counters.features)]
+        return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
 
     def _counted_second_window(self, candidate_s: float, period_s: float) -> float:
         """A counted candidate's second window: as long as the candidate's (its iterations were needed to count),
