@@ -27,6 +27,11 @@ from tests.runtime.synth import sample, wandering_fast_jobs
 AGREEMENT = ControllerConfig().period_agreement  # the profiling rule's (2%)
 
 
+def _row(job: int, period_s: float, length_s: float, pair: str) -> str:
+    """One accepted alias pair (--rows)."""
+    return f"job {job}: {period_s * 1e3:.1f} ms iterations, {length_s:g} s windows: {pair}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rows", action="store_true", help="print every pair that a count rule accepts")
@@ -46,10 +51,7 @@ def main() -> None:
                     if count_confirms(t[k1 | k2], p[k1 | k2], both, agreement=AGREEMENT) is not None:
                         then_none_accepted += 1
                         if args.rows:
-                            print(
-                                f"job {i}: {period * 1e3:.1f} ms iterations, {length:g} s windows: "
-                                f"fold {e1.period_s * 1e3:.1f} ms, then none"
-                            )
+                            print(_row(i, period, length, f"fold {e1.period_s * 1e3:.1f} ms, then none"))
                 if not (e1.ok and e2.ok and e1.period_s and e2.period_s):
                     continue
                 gap = abs(e2.period_s / e1.period_s - 1.0)
@@ -63,10 +65,7 @@ def main() -> None:
                 if count_confirms(t[k1 | k2], p[k1 | k2], periods, agreement=AGREEMENT) is not None:
                     accepted += 1
                     if args.rows:
-                        print(
-                            f"job {i}: {period * 1e3:.1f} ms iterations, {length:g} s windows: "
-                            f"fold/count {periods[0] * 1e3:.1f} / {periods[1] * 1e3:.1f} ms"
-                        )
+                        print(_row(i, period, length, f"fold/count {periods[0] * 1e3:.1f} / {periods[1] * 1e3:.1f} ms"))
     print(
         f"{windows} windows; consecutive pairs by one method within 10%: {same}; "
         f"fold and count within 2%: {mixed}, of which the joint count accepts {accepted}; a fold, then none: "

@@ -39,6 +39,7 @@ import numpy as np
 
 from gpoeo_rt.controller.state import CONFIRM_TOLERANCE, Baseline, Decision, PhaseRecord, Policy, State
 from gpoeo_rt.detection import (
+    COUNTABLE_VERDICTS,
     MARKERS,
     SIGNAL,
     DetectorConfig,
@@ -602,17 +603,13 @@ class Controller:
             elif (
                 prev is not None
                 and prev[0].period_s is not None
-                and prev[0].timing == m.timing == SIGNAL
-                and _touches(prev[1], window)
+                and m.timing == SIGNAL
+                and (counted := self._joint_count(window, (est.period_s, prev[0].period_s))) is not None
             ):
                 # A fold and a count of one jittery job (a +-10% job folds in one window and counts in the next):
-                # one phase only where the count over both (touching) windows agrees with both within
-                # period_agreement.
-                periods = (est.period_s, prev[0].period_s)
-                counted = count_confirms(*_concat([prev[1], window]), periods, agreement=cfg.period_agreement)
-                if counted is not None:
-                    both = [*self._prof_counters, counters]
-                    return self._on_baseline([prev, (m, window)], both, info, counted=counted)
+                # one phase only where the count over both (touching) windows agrees with both.
+                both = [*self._prof_counters, counters]
+                return self._on_baseline([prev, (m, window)], both, info, counted=counted)
             self._prof_run.append(window)
             if len(self._prof_run) > 1 and (found := self._run_alone(*self._merged_run(), info)) is not None:
                 return found
@@ -673,20 +670,14 @@ class Controller:
         longer second window, which then neither folds nor counts on its own. The count over both windows near
         the candidate (`count_confirms`), within period_agreement of it, pairs them; the count is the period."""
         prev, est = self._prof_prev, m.estimate
-        countable = (Verdict.APERIODIC, Verdict.TOO_SHORT, Verdict.INSUFFICIENT_DATA)
         if (
             prev is None
             or prev[0].period_s is None
-            or prev[0].timing != SIGNAL
             or prev[0].estimate.method != "fold"
             or est.timing != SIGNAL
-            or est.verdict not in countable
-            or not _touches(prev[1], window)
+            or est.verdict not in COUNTABLE_VERDICTS
+            or (counted := self._joint_count(window, (prev[0].period_s, prev[0].period_s))) is None
         ):
-            return None
-        period = prev[0].period_s
-        counted = count_confirms(*_concat([prev[1], window]), (period, period), agreement=self.config.period_agreement)
-        if counted is None:
             return None
         as_count = replace(
             est,
@@ -698,6 +689,14 @@ class Controller:
         )
         both = [*self._prof_counters, dict(window.counters.features)]
         return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
+
+    def _joint_count(self, window: PowerWindow, periods: tuple[float, float]) -> tuple[float, float] | None:
+        """The count over the candidate's window and this one (power-signal timed, samples touching) near `periods`,
+        where it agrees with each within period_agreement (`count_confirms`); else None."""
+        prev = self._prof_prev
+        if prev is None or prev[0].timing != SIGNAL or not _touches(prev[1], window):
+            return None
+        return count_confirms(*_concat([prev[1], window]), periods, agreement=self.config.period_agreement)
 
     def _counted_second_window(self, candidate_s: float, period_s: float) -> float:
         """A counted candidate's second window: as long as the candidate's (its iterations were needed to count),

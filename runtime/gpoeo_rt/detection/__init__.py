@@ -3,6 +3,7 @@
 from gpoeo_rt.detection.activity import idle_tail_s
 from gpoeo_rt.detection.markers import MARKERS, SIGNAL, period_from_markers
 from gpoeo_rt.detection.period import (
+    COUNTABLE_VERDICTS,
     DetectorConfig,
     PeriodEstimate,
     PreparedSignal,
@@ -22,6 +23,7 @@ from gpoeo_rt.detection.period import (
 from gpoeo_rt.detection.phase import ChangeVerdict, has_changed, phase_persists
 
 __all__ = [
+    "COUNTABLE_VERDICTS",
     "MARKERS",
     "SIGNAL",
     "ChangeVerdict",

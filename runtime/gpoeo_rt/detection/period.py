@@ -698,6 +698,11 @@ def _alias_ratio(
 # Detection
 
 
+# Verdicts of a window without a folded period whose iterations may still be counted (INSUFFICIENT_DATA too: a
+# jittery job's stalls put power at long periods, which then ask for a longer window).
+COUNTABLE_VERDICTS = frozenset((Verdict.APERIODIC, Verdict.TOO_SHORT, Verdict.INSUFFICIENT_DATA))
+
+
 def detect_period(
     t_s: npt.ArrayLike,
     power_w: npt.ArrayLike,
@@ -746,9 +751,7 @@ def detect_period_uniform(
     """
     cfg = config or DetectorConfig()
     est = _detect_folded(sig, cfg, reference)
-    # (INSUFFICIENT_DATA too: a jittery job's stalls put power at long periods, which then ask for a longer window)
-    countable = (Verdict.APERIODIC, Verdict.TOO_SHORT, Verdict.INSUFFICIENT_DATA)
-    if est.ok or est.verdict not in countable or sig.held or _ENERGY_ALIAS in est.message:
+    if est.ok or est.verdict not in COUNTABLE_VERDICTS or sig.held or _ENERGY_ALIAS in est.message:
         return est
     return _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
 
