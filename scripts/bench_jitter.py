@@ -21,10 +21,10 @@ offsets after the first iteration.
 A fourth, "held-out-2", was fixed later (see HELD_OUT_2): recordings and periods no other set uses, a new seed; and
 a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings at other periods, another seed;
 a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a seventh, "held-out-5", to check the
-last of them, an eighth, "held-out-6", before the eighth session's rules, and a ninth, "held-out-7", before the
-ninth's.
+last of them, an eighth, "held-out-6", before the eighth session's rules, a ninth, "held-out-7", before the
+ninth's, and a tenth, "held-out-8", before the tenth's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..7|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..8|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -90,6 +90,9 @@ HELD_OUT_6_PERIODS = (0.08, 0.105, 0.17, 0.23, 0.27, 0.33, 0.40)
 # A seventh, fixed (2026-12-05, ninth session) before that session's rules, once held-out-6's off>5% rows had been
 # read: the same recordings, periods no set uses, seed 7.
 HELD_OUT_7_PERIODS = (0.095, 0.125, 0.155, 0.21, 0.29, 0.34, 0.41)
+# An eighth, fixed (2026-12-06, tenth session) before that session's rules, once held-out-7's summary had been read
+# twice: the same recordings, periods no set uses, seed 8.
+HELD_OUT_8_PERIODS = (0.058, 0.115, 0.135, 0.185, 0.31, 0.37, 0.47)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -99,6 +102,7 @@ HELD_OUT_SETS = {
     "held-out-5": (HELD_OUT_4, HELD_OUT_5_PERIODS, 5),
     "held-out-6": (HELD_OUT_4, HELD_OUT_6_PERIODS, 6),
     "held-out-7": (HELD_OUT_4, HELD_OUT_7_PERIODS, 7),
+    "held-out-8": (HELD_OUT_4, HELD_OUT_8_PERIODS, 8),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
