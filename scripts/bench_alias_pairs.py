@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """How often consecutive profiling windows of fast jobs' aliases would pair: by one method (a fold with a fold, a
 count with a count, within 10%), by the fold/count rule (within 2%, and the count over both windows within 2%
-of each), and by the fold-then-count rule (a window with a folded period, then one without: the count over both
-within 2% of the fold). The jobs: the 100 wandering 22-40 ms jobs of tests/runtime/test_period.py (same
+of each), by the fold-then-count rule (a window with a folded period, then one without: the count over both
+within 2% of the fold) and by its mirror, the none-then-fold rule (a window without a period, then one with a
+folded period: likewise). The jobs: the 100 wandering 22-40 ms jobs of tests/runtime/test_period.py (same
 generator and seed), 60 s long, cut into consecutive 3, 6 and 12 s windows. Pure detection, no controller: it
-bounds how much the fold/count and fold-then-count rules add to what pairing by one method already lets through
-(docs/jitter.md, sessions 7 and 12).
+bounds how much the fold/count, fold-then-count and none-then-fold rules add to what pairing by one method already
+lets through (docs/jitter.md, sessions 7, 12 and 13).
 
 Usage: python scripts/bench_alias_pairs.py [--rows]
 """
@@ -36,7 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rows", action="store_true", help="print every pair that a count rule accepts")
     args = ap.parse_args()
-    windows = same = mixed = accepted = then_none = then_none_accepted = 0
+    windows = same = mixed = accepted = then_none = then_none_accepted = none_then = none_then_accepted = 0
     for i, job in enumerate(wandering_fast_jobs(duration_s=60.0)):
         period = job.period_s
         t, p = sample(job)
@@ -52,6 +53,13 @@ def main() -> None:
                         then_none_accepted += 1
                         if args.rows:
                             print(_row(i, period, length, f"fold {e1.period_s * 1e3:.1f} ms, then none"))
+                if not e1.ok and e2.ok and e2.period_s and e2.method == "fold":
+                    none_then += 1
+                    both = (e2.period_s, e2.period_s)
+                    if count_confirms(t[k1 | k2], p[k1 | k2], both, agreement=AGREEMENT) is not None:
+                        none_then_accepted += 1
+                        if args.rows:
+                            print(_row(i, period, length, f"none, then fold {e2.period_s * 1e3:.1f} ms"))
                 if not (e1.ok and e2.ok and e1.period_s and e2.period_s):
                     continue
                 gap = abs(e2.period_s / e1.period_s - 1.0)
@@ -69,7 +77,8 @@ def main() -> None:
     print(
         f"{windows} windows; consecutive pairs by one method within 10%: {same}; "
         f"fold and count within 2%: {mixed}, of which the joint count accepts {accepted}; a fold, then none: "
-        f"{then_none}, of which the joint count accepts {then_none_accepted}"
+        f"{then_none}, of which the joint count accepts {then_none_accepted}; none, then a fold: {none_then}, "
+        f"of which the joint count accepts {none_then_accepted}"
     )
 
 

@@ -246,3 +246,16 @@ def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_co
     o = profile_replay(tmp_path / "job", start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["period_candidate", "period_candidate", "baseline"], o.events
     assert o.concluded_s - start <= 10.0 and o.window_error is not None and abs(o.window_error) < 0.01
+
+
+def test_a_window_without_a_period_then_a_fold_pair_where_the_count_over_both_confirms_it(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """160 ms +-10% heavy-tailed stalls, 7.3 s in: the first 3 s window neither folds nor counts, the next 6 s one
+    folds; the count over both confirms the fold: a baseline 9 s in (before: a third window, 15 s in)."""
+    spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "heavy", duration_s=60.0)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 7.3
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "baseline"], o.events
+    assert o.concluded_s - start <= 10.0 and o.window_error is not None and abs(o.window_error) < 0.01

@@ -555,6 +555,8 @@ class Controller:
         self._prof_counters: list[dict[str, float]] = []
         # Consecutive windows at reference since the last reset (samples touching), none paired: _run_candidate.
         self._prof_run: list[PowerWindow] = []
+        # The last window without a period and its estimate: `_none_then_fold` pairs it with a fold right after it.
+        self._prof_failed: tuple[PowerWindow, PeriodEstimate] | None = None
 
     def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
         self._set_clocks(None)
@@ -610,6 +612,8 @@ class Controller:
                 # one phase only where the count over both (touching) windows agrees with both.
                 both = [*self._prof_counters, counters]
                 return self._on_baseline([prev, (m, window)], both, info, counted=counted)
+            if (found := self._none_then_fold(m, window, info)) is not None:
+                return found
             self._prof_run.append(window)
             if len(self._prof_run) > 1 and (found := self._run_alone(*self._merged_run(), info)) is not None:
                 return found
@@ -632,6 +636,7 @@ class Controller:
         if (found := self._fold_then_count(m, window, info)) is not None:
             return found
         self._prof_prev = None
+        self._prof_failed = (window, est)
         self._prof_run.append(window)
         if len(self._prof_run) > 1 and (found := self._run_candidate(info)) is not None:
             return found
@@ -689,6 +694,38 @@ class Controller:
         )
         both = [*self._prof_counters, dict(window.counters.features)]
         return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
+
+    def _none_then_fold(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
+        """A window without a period, then a touching one that folds: `_fold_then_count` in the other order (a
+        +-10% job's longer window fails where a later, shorter stretch of it folds). The count over both windows
+        near the fold, within period_agreement of it, pairs them; the count is the period."""
+        failed, est = self._prof_failed, m.estimate
+        if (
+            failed is None
+            or self._prof_prev is not None
+            or est.period_s is None
+            or est.method != "fold"
+            or m.timing != SIGNAL
+            or failed[1].verdict not in COUNTABLE_VERDICTS
+            or not _touches(failed[0], window)
+        ):
+            return None
+        periods = (est.period_s, est.period_s)
+        counted = count_confirms(*_concat([failed[0], window]), periods, agreement=self.config.period_agreement)
+        if counted is None:
+            return None
+        as_count = replace(
+            failed[1],
+            period_s=counted[0],
+            verdict=Verdict.OK,
+            method="count",
+            spread=counted[1],
+            confidence=est.confidence,
+        )
+        both = [dict(failed[0].counters.features), dict(window.counters.features)]
+        return self._on_baseline(
+            [(self._reduce(failed[0], as_count), failed[0]), (m, window)], both, info, counted=counted
+        )
 
     def _joint_count(self, window: PowerWindow, periods: tuple[float, float]) -> tuple[float, float] | None:
         """The count over the candidate's window and this one (power-signal timed, samples touching) near `periods`,
