@@ -13,8 +13,8 @@ and gpt_64, at 50-500 ms, uniform and heavy-tailed stalls). Each recorded iterat
 most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
-A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2}) and an H100
-(data/traces/h100-jitter{,-2,-3,-4}), held out: no threshold was set on them. Each from the recording's start (the
+A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
+H100 (data/traces/h100-jitter{,-2,-3,-4}), held out: no threshold was set on them. Each from the recording's start (the
 daemon running before the job: the time to the baseline counts from the job's first iteration) and from the same 5
 offsets after the first iteration.
 
@@ -139,6 +139,12 @@ REAL = (
     (TRACES / "h100-jitter-4/gpt_40_p120", "pareto"),  # 303.4 ms (0.232)
     (TRACES / "h100-jitter-4/resnet_896_0-300", "uniform 0-300 ms"),  # 373.6 ms (0.231)
     (TRACES / "h100-jitter-4/gpt_32_40-120", "uniform 40-120 ms"),  # 230.4 ms (0.101)
+    # The seventh, on an H200 (recorded in the tenth session, after its rule landed; scored before and after it)
+    (TRACES / "h200-jitter-3/gpt_24_p60", "pareto"),  # 164.2 ms (0.303)
+    (TRACES / "h200-jitter-3/resnet_1024_20-60", "uniform 20-60 ms"),  # 244.4 ms (0.046)
+    (TRACES / "h200-jitter-3/gpt_16_10-40", "uniform 10-40 ms"),  # 97.6 ms (0.090)
+    (TRACES / "h200-jitter-3/resnet_384_p80", "pareto"),  # 161.4 ms (0.408)
+    (TRACES / "h200-jitter-3/gptvar_24_0-100", "variable length"),  # 118.8 ms (0.299)
 )
 
 
