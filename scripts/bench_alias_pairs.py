@@ -37,7 +37,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--rows", action="store_true", help="print every pair that a count rule accepts")
     args = ap.parse_args()
-    windows = same = mixed = accepted = then_none = then_none_accepted = none_then = none_then_accepted = 0
+    windows = same = mixed = accepted = 0
+    # A fold next to a window without a period: (fold first?) -> [pairs, accepted by the joint count]
+    beside = {True: [0, 0], False: [0, 0]}
     for i, job in enumerate(wandering_fast_jobs(duration_s=60.0)):
         period = job.period_s
         t, p = sample(job)
@@ -46,20 +48,17 @@ def main() -> None:
             ests = [(detect_period(t[k], p[k]), k) for k in cuts]
             windows += len(ests)
             for (e1, k1), (e2, k2) in itertools.pairwise(ests):
-                if e1.ok and e1.period_s and e1.method == "fold" and not e2.ok:
-                    then_none += 1
-                    both = (e1.period_s, e1.period_s)
+                for fold_first, fold, other in ((True, e1, e2), (False, e2, e1)):
+                    if not (fold.ok and fold.period_s and fold.method == "fold" and not other.ok):
+                        continue
+                    beside[fold_first][0] += 1
+                    both = (fold.period_s, fold.period_s)
                     if count_confirms(t[k1 | k2], p[k1 | k2], both, agreement=AGREEMENT) is not None:
-                        then_none_accepted += 1
+                        beside[fold_first][1] += 1
                         if args.rows:
-                            print(_row(i, period, length, f"fold {e1.period_s * 1e3:.1f} ms, then none"))
-                if not e1.ok and e2.ok and e2.period_s and e2.method == "fold":
-                    none_then += 1
-                    both = (e2.period_s, e2.period_s)
-                    if count_confirms(t[k1 | k2], p[k1 | k2], both, agreement=AGREEMENT) is not None:
-                        none_then_accepted += 1
-                        if args.rows:
-                            print(_row(i, period, length, f"none, then fold {e2.period_s * 1e3:.1f} ms"))
+                            fold_ms = f"fold {fold.period_s * 1e3:.1f} ms"
+                            pair = f"{fold_ms}, then none" if fold_first else f"none, then {fold_ms}"
+                            print(_row(i, period, length, pair))
                 if not (e1.ok and e2.ok and e1.period_s and e2.period_s):
                     continue
                 gap = abs(e2.period_s / e1.period_s - 1.0)
@@ -77,8 +76,8 @@ def main() -> None:
     print(
         f"{windows} windows; consecutive pairs by one method within 10%: {same}; "
         f"fold and count within 2%: {mixed}, of which the joint count accepts {accepted}; a fold, then none: "
-        f"{then_none}, of which the joint count accepts {then_none_accepted}; none, then a fold: {none_then}, "
-        f"of which the joint count accepts {none_then_accepted}"
+        f"{beside[True][0]}, of which the joint count accepts {beside[True][1]}; none, then a fold: "
+        f"{beside[False][0]}, of which the joint count accepts {beside[False][1]}"
     )
 
 
