@@ -22,9 +22,9 @@ A fourth, "held-out-2", was fixed later (see HELD_OUT_2): recordings and periods
 a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings at other periods, another seed;
 a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a seventh, "held-out-5", to check the
 last of them, an eighth, "held-out-6", before the eighth session's rules, a ninth, "held-out-7", before the
-ninth's, and a tenth, "held-out-8", before the tenth's.
+ninth's, a tenth, "held-out-8", before the tenth's, and an eleventh, "held-out-9", before its second rule.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..8|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..9|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ HELD_OUT_7_PERIODS = (0.095, 0.125, 0.155, 0.21, 0.29, 0.34, 0.41)
 # An eighth, fixed (2026-12-06, tenth session) before that session's rules, once held-out-7's summary had been read
 # twice: the same recordings, periods no set uses, seed 8.
 HELD_OUT_8_PERIODS = (0.058, 0.115, 0.135, 0.185, 0.31, 0.37, 0.47)
+# A ninth, fixed in the same session before its second rule was scored, once held-out-8's summary had been read:
+# the same recordings, periods no set uses, seed 9.
+HELD_OUT_9_PERIODS = (0.068, 0.098, 0.145, 0.195, 0.265, 0.39, 0.43)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -103,6 +106,7 @@ HELD_OUT_SETS = {
     "held-out-6": (HELD_OUT_4, HELD_OUT_6_PERIODS, 6),
     "held-out-7": (HELD_OUT_4, HELD_OUT_7_PERIODS, 7),
     "held-out-8": (HELD_OUT_4, HELD_OUT_8_PERIODS, 8),
+    "held-out-9": (HELD_OUT_4, HELD_OUT_9_PERIODS, 9),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
