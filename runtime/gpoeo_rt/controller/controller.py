@@ -177,6 +177,18 @@ def _concat(windows: list[PowerWindow]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([w.t_s for w in windows]), np.concatenate([w.power_w for w in windows])
 
 
+def _as_counted(estimate: PeriodEstimate, counted: tuple[float, float], confidence: float) -> PeriodEstimate:
+    """A window's estimate as the joint count (period, spread) over it and the window it pairs with."""
+    return replace(
+        estimate,
+        period_s=counted[0],
+        verdict=Verdict.OK,
+        method="count",
+        spread=counted[1],
+        confidence=confidence,
+    )
+
+
 def _evidence(estimate: PeriodEstimate) -> str:
     """What kind of evidence a window's period is, for pairing windows: a folded period, or iterations counted
     (by the band-passed phase or a matched template: both count the iterations of a jittery job)."""
@@ -605,8 +617,8 @@ class Controller:
             elif (
                 prev is not None
                 and prev[0].period_s is not None
-                and m.timing == SIGNAL
-                and (counted := self._joint_count(window, (est.period_s, prev[0].period_s))) is not None
+                and prev[0].timing == m.timing == SIGNAL
+                and (counted := self._joint_count(prev[1], window, (est.period_s, prev[0].period_s))) is not None
             ):
                 # A fold and a count of one jittery job (a +-10% job folds in one window and counts in the next):
                 # one phase only where the count over both (touching) windows agrees with both.
@@ -679,19 +691,13 @@ class Controller:
             prev is None
             or prev[0].period_s is None
             or prev[0].estimate.method != "fold"
+            or prev[0].timing != SIGNAL
             or est.timing != SIGNAL
             or est.verdict not in COUNTABLE_VERDICTS
-            or (counted := self._joint_count(window, (prev[0].period_s, prev[0].period_s))) is None
+            or (counted := self._joint_count(prev[1], window, (prev[0].period_s, prev[0].period_s))) is None
         ):
             return None
-        as_count = replace(
-            est,
-            period_s=counted[0],
-            verdict=Verdict.OK,
-            method="count",
-            spread=counted[1],
-            confidence=prev[0].estimate.confidence,
-        )
+        as_count = _as_counted(est, counted, prev[0].estimate.confidence)
         both = [*self._prof_counters, dict(window.counters.features)]
         return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
 
@@ -707,33 +713,23 @@ class Controller:
             or est.method != "fold"
             or m.timing != SIGNAL
             or failed[1].verdict not in COUNTABLE_VERDICTS
-            or not _touches(failed[0], window)
+            or (counted := self._joint_count(failed[0], window, (est.period_s, est.period_s))) is None
         ):
             return None
-        periods = (est.period_s, est.period_s)
-        counted = count_confirms(*_concat([failed[0], window]), periods, agreement=self.config.period_agreement)
-        if counted is None:
-            return None
-        as_count = replace(
-            failed[1],
-            period_s=counted[0],
-            verdict=Verdict.OK,
-            method="count",
-            spread=counted[1],
-            confidence=est.confidence,
-        )
+        as_count = _as_counted(failed[1], counted, est.confidence)
         both = [dict(failed[0].counters.features), dict(window.counters.features)]
         return self._on_baseline(
             [(self._reduce(failed[0], as_count), failed[0]), (m, window)], both, info, counted=counted
         )
 
-    def _joint_count(self, window: PowerWindow, periods: tuple[float, float]) -> tuple[float, float] | None:
-        """The count over the candidate's window and this one (power-signal timed, samples touching) near `periods`,
-        where it agrees with each within period_agreement (`count_confirms`); else None."""
-        prev = self._prof_prev
-        if prev is None or prev[0].timing != SIGNAL or not _touches(prev[1], window):
+    def _joint_count(
+        self, earlier: PowerWindow, window: PowerWindow, periods: tuple[float, float]
+    ) -> tuple[float, float] | None:
+        """The count over two windows whose samples touch near `periods`, where it agrees with each within
+        period_agreement (`count_confirms`); else None. The callers check that both are power-signal timed."""
+        if not _touches(earlier, window):
             return None
-        return count_confirms(*_concat([prev[1], window]), periods, agreement=self.config.period_agreement)
+        return count_confirms(*_concat([earlier, window]), periods, agreement=self.config.period_agreement)
 
     def _counted_second_window(self, candidate_s: float, period_s: float) -> float:
         """A counted candidate's second window: as long as the candidate's (its iterations were needed to count),
