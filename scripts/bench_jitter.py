@@ -14,9 +14,9 @@ most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
-H100 (data/traces/h100-jitter{,-2,-3,-4}), held out: no threshold was set on them. Each from the recording's start (the
-daemon running before the job: the time to the baseline counts from the job's first iteration) and from the same 5
-offsets after the first iteration.
+H100 (data/traces/h100-jitter{,-2,-3,-4,-5}), held out: no threshold was set on them. Each from the recording's
+start (the daemon running before the job: the time to the baseline counts from the job's first iteration) and from
+the same 5 offsets after the first iteration.
 
 A fourth, "held-out-2", was fixed later (see HELD_OUT_2): recordings and periods no other set uses, a new seed; and
 a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings at other periods, another seed;
@@ -154,6 +154,12 @@ REAL = (
     (TRACES / "h200-jitter-3/gpt_16_10-40", "uniform 10-40 ms"),  # 97.6 ms (0.090)
     (TRACES / "h200-jitter-3/resnet_384_p80", "pareto"),  # 161.4 ms (0.408)
     (TRACES / "h200-jitter-3/gptvar_24_0-100", "variable length"),  # 118.8 ms (0.299)
+    # The eighth, on an H100 (recorded in the eleventh session before its rules; scored before and after them)
+    (TRACES / "h100-jitter-5/gptvar_16_0-50", "variable length"),  # 78.7 ms (0.284)
+    (TRACES / "h100-jitter-5/gptvar_32_p40", "variable length"),  # 137.6 ms (0.342)
+    (TRACES / "h100-jitter-5/resnet_768_p100", "pareto"),  # 285.7 ms (0.215)
+    (TRACES / "h100-jitter-5/gpt_32_20-80", "uniform 20-80 ms"),  # 199.0 ms (0.085)
+    (TRACES / "h100-jitter-5/resnet_256_30-90", "uniform 30-90 ms"),  # 124.8 ms (0.138)
 )
 
 
