@@ -598,3 +598,25 @@ def test_a_wandering_period_reports_a_confidence_between_zero_and_one() -> None:
         if "wandering" in est.message:
             confidences.append(est.confidence)
     assert confidences and all(0.05 < c <= 0.5 for c in confidences), confidences
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_segment_whose_stall_holds_a_second_burst_is_a_hidden_iteration(seed: int) -> None:
+    """Iterations of a 4-sample burst and a 1-6 sample stall: segmented at every start, no stall holds a burst;
+    with every fifth start left out (two iterations taken as one), each merged segment does; a burst that runs on
+    past the template without a dip (a longer iteration) does not count."""
+    from gpoeo_rt.detection import period
+
+    rng = np.random.default_rng(seed)
+    dt, compute_s = 0.02, 0.08
+    y, starts = [], []
+    for i in range(60):
+        starts.append(len(y) * dt)
+        burst = 4 + (3 if i % 7 == 3 else 0)  # every seventh iteration computes longer
+        y += [1.0 + 0.05 * rng.normal() for _ in range(burst)] + [0.2] * int(rng.integers(1, 7))
+    y_arr, starts_arr = np.asarray(y), np.asarray(starts)
+    model = (np.ones(4), 0.2)
+    assert period._hidden_bursts(y_arr, dt, starts_arr, compute_s, model) == 0
+    merged = np.delete(starts_arr, np.arange(5, len(starts_arr) - 1, 5))
+    n_merged = len(starts_arr) - len(merged)
+    assert period._hidden_bursts(y_arr, dt, merged, compute_s, model) == n_merged

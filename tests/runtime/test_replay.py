@@ -169,19 +169,7 @@ def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predi
         assert outcome.clock_writes == 0
 
 
-# Known misses, found by recordings made after the code they check (docs/jitter.md, session 13): a variable-length
-# transformer whose shortest iterations (34 ms) are below what 50 Hz sampling resolves is segmented 4-15% long in
-# consecutive windows that then agree within the jittery pairing's 10%: baselines 8.6% and 10.1% off from two starts.
-WRONG_BASELINE_KNOWN = {JITTER_3 / "gptvar_24_0-100"}
-REAL_JITTERY_CHECKED = [
-    pytest.param(d, marks=pytest.mark.xfail(strict=True, reason="known wrong baseline: docs/jitter.md, session 13"))
-    if d in WRONG_BASELINE_KNOWN
-    else d
-    for d in REAL_JITTERY
-]
-
-
-@pytest.mark.parametrize("folder", REAL_JITTERY_CHECKED, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("folder", REAL_JITTERY, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: Predictor) -> None:
     """The held-out recordings of real jittery jobs (no threshold was set on them): from the recording's start and
     every 3 s of the job, no baseline is more than 5% off the mean true iteration time over its own windows (the

@@ -199,6 +199,12 @@ class DetectorConfig:
     # independent iterations; iterations split in two give 34-52) are iterations split in parts: the whole
     # iteration is segmented instead, or nothing is (a job of two bursts per iteration, docs/jitter.md).
     template_max_alternation: float = 10.0
+    # A segment whose stall holds a compute burst (two samples above the midpoint between the stall level and the
+    # template's mean, after one below it) is two iterations taken as one: a transformer whose sequence length
+    # varies per step has short iterations that a template learned on longer ones merges, and such windows came
+    # out 4-52% long (docs/jitter.md, session 14). More such segments than this share (and at least two): the
+    # window has no count; each one makes the mean that much too long.
+    template_max_hidden: float = 0.02
     # Host stalls idle the SMs, and an H200's power falls toward idle (~25% of its busy level) within 60 ms: a job
     # whose iterations are parted by stalls varies its power by far more than this share of its level (std over
     # mean: the real H200 stall jobs 0.28-0.46), where the alias of 9.8 ms iterations varies by 0.08-0.12.
@@ -1411,6 +1417,7 @@ class _Segmentation:
     stall_share: float = 0.0  # share of the samples in stalls (after the template)
     stall_noise: float = 0.0  # mean squared deviation of stall samples from the stall level / variance
     alternation: float = 0.0  # segment lengths by position modulo _SPLIT_PARTS: the larger F statistic of means
+    hidden: int = 0  # segments whose stall holds a compute burst (see DetectorConfig.template_max_hidden)
 
 
 # An iteration split in parts is split in 2 or 3 of them: the alternation statistic's moduli, the multiples a split
@@ -1568,6 +1575,7 @@ def _segment_from(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) 
         stall_share=float(np.clip(1.0 - compute_s / lengths.mean(), 0.0, 1.0)),
         stall_noise=_stall_noise(y, dt, starts, compute_s, model[1]) if model is not None else math.inf,
         alternation=max(_alternation(lengths, k) for k in _SPLIT_PARTS),
+        hidden=_hidden_bursts(y, dt, starts, compute_s, model) if model is not None else 0,
     )
 
 
@@ -1583,15 +1591,46 @@ def _alternation(lengths: FloatArray, k: int) -> float:
     return float(between / within) if within > 0 else math.inf
 
 
-def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float, level: float) -> float:
-    t = np.arange(len(y)) * dt
+def _stall_samples(
+    n: int, dt: float, starts: FloatArray, compute_s: float
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+    """Each sample's segment (-1 outside the first to last start) and whether it lies in that segment's stall
+    (compute_s or more after its start)."""
+    t = np.arange(n) * dt
     j = np.searchsorted(starts, t, side="right") - 1
-    inside = (j >= 0) & (j < len(starts) - 1)
-    stalled = np.zeros(len(y), dtype=bool)
-    stalled[inside] = t[inside] - starts[j[inside]] >= compute_s
+    j[j >= len(starts) - 1] = -1
+    inside = j >= 0
+    stalled = np.zeros(n, dtype=bool)
+    stalled[inside] = t[inside] - starts[j[inside]] >= compute_s - 1e-9  # a tie (both on the 4 ms grid) is a stall
+    return j, stalled
+
+
+def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float, level: float) -> float:
+    _, stalled = _stall_samples(len(y), dt, starts, compute_s)
     if stalled.sum() < 4 or y.var() <= 0:
         return math.inf
     return float(np.mean((y[stalled] - level) ** 2) / y.var())
+
+
+def _hidden_bursts(
+    y: FloatArray, dt: float, starts: FloatArray, compute_s: float, model: tuple[FloatArray, float]
+) -> int:
+    """Segments whose stall holds a compute burst: two consecutive stall samples above the midpoint between the
+    stall level and the template's mean, after a stall sample below it (an iteration that runs on past the
+    template drops once and is no burst)."""
+    segment, stalled = _stall_samples(len(y), dt, starts, compute_s)
+    high = y > 0.5 * (model[1] + float(model[0].mean()))
+    hidden: set[int] = set()
+    low_seen, last_high = -1, -1  # the segment whose stall last had a low sample, and the last high sample's
+    for i in map(int, np.flatnonzero(stalled)):
+        k = int(segment[i])
+        if not high[i]:
+            low_seen = k
+        elif low_seen == k:
+            if last_high == i - 1 and stalled[i - 1] and segment[i - 1] == k:
+                hidden.add(k)
+            last_high = i
+    return len(hidden)
 
 
 # A run supports the best when it fits within this much of it (and agrees on the period).
@@ -1631,6 +1670,7 @@ def _segment_count(
         and best.depth >= cfg.template_min_depth
         and best.wander <= cfg.template_max_wander
         and best.spread >= cfg.template_min_spread
+        and (best.hidden < 2 or best.hidden <= cfg.template_max_hidden * best.cycles)
     )
     return best if trusted else None
 
