@@ -14,7 +14,7 @@ most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
-H100 (data/traces/h100-jitter{,-2,-3,-4,-5}), held out: no threshold was set on them. Each from the recording's
+H100 (data/traces/h100-jitter{,-2,-3,-4,-5,-6}), held out: no threshold was set on them. Each from the recording's
 start (the daemon running before the job: the time to the baseline counts from the job's first iteration) and from
 the same 5 offsets after the first iteration.
 
@@ -160,6 +160,12 @@ REAL = (
     (TRACES / "h100-jitter-5/resnet_768_p100", "pareto"),  # 285.7 ms (0.215)
     (TRACES / "h100-jitter-5/gpt_32_20-80", "uniform 20-80 ms"),  # 199.0 ms (0.085)
     (TRACES / "h100-jitter-5/resnet_256_30-90", "uniform 30-90 ms"),  # 124.8 ms (0.138)
+    # The ninth, on an H100 (recorded in the eleventh session after its rule; scored before and after it)
+    (TRACES / "h100-jitter-6/gptvar_24_p60", "variable length"),  # 139.9 ms (0.390)
+    (TRACES / "h100-jitter-6/gptvar_48_0-30", "variable length"),  # 156.9 ms (0.326)
+    (TRACES / "h100-jitter-6/resnet_512_10-50", "uniform 10-50 ms"),  # 153.6 ms (0.074)
+    (TRACES / "h100-jitter-6/gpt_16_0-40", "uniform 0-40 ms"),  # 101.3 ms (0.114)
+    (TRACES / "h100-jitter-6/gpt_48_p150", "pareto"),  # 369.6 ms (0.239)
 )
 
 

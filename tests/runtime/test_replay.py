@@ -42,7 +42,18 @@ JITTER_H100_3 = TRACES / "h100-jitter-3"  # a fifth, on an H100: recorded after 
 JITTER_H100_4 = TRACES / "h100-jitter-4"  # a sixth, on an H100: long iterations, recorded before a session's rules
 JITTER_3 = TRACES / "h200-jitter-3"  # a seventh, on an H200: recorded after a session's rule, scored before and after
 JITTER_H100_5 = TRACES / "h100-jitter-5"  # an eighth, on an H100: variable-length jobs, before a session's rules
-REAL_ROOTS = (JITTER, JITTER_2, JITTER_H100, JITTER_H100_2, JITTER_H100_3, JITTER_H100_4, JITTER_3, JITTER_H100_5)
+JITTER_H100_6 = TRACES / "h100-jitter-6"  # a ninth, on an H100: after a session's rule, scored before and after
+REAL_ROOTS = (
+    JITTER,
+    JITTER_2,
+    JITTER_H100,
+    JITTER_H100_2,
+    JITTER_H100_3,
+    JITTER_H100_4,
+    JITTER_3,
+    JITTER_H100_5,
+    JITTER_H100_6,
+)
 REAL_JITTERY = sorted(d for root in REAL_ROOTS for d in root.iterdir() if d.is_dir())
 MODELS = Path(__file__).resolve().parents[2] / "models"
 BUFFERED = [
