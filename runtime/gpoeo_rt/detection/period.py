@@ -1620,17 +1620,11 @@ def _hidden_bursts(
     template drops once and is no burst)."""
     segment, stalled = _stall_samples(len(y), dt, starts, compute_s)
     high = y > 0.5 * (model[1] + float(model[0].mean()))
-    hidden: set[int] = set()
-    low_seen, last_high = -1, -1  # the segment whose stall last had a low sample, and the last high sample's
-    for i in map(int, np.flatnonzero(stalled)):
-        k = int(segment[i])
-        if not high[i]:
-            low_seen = k
-        elif low_seen == k:
-            if last_high == i - 1 and stalled[i - 1] and segment[i - 1] == k:
-                hidden.add(k)
-            last_high = i
-    return len(hidden)
+    last_low = np.maximum.accumulate(np.where(stalled & ~high, np.arange(len(y)), -1))  # at or before each sample
+    after_low = (last_low >= 0) & (segment[np.maximum(last_low, 0)] == segment)
+    rise = stalled & high & after_low
+    twice = rise[1:] & rise[:-1] & (segment[1:] == segment[:-1])
+    return len(np.unique(segment[1:][twice]))
 
 
 # A run supports the best when it fits within this much of it (and agrees on the period).
