@@ -23,9 +23,10 @@ a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings a
 a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a seventh, "held-out-5", to check the
 last of them, an eighth, "held-out-6", before the eighth session's rules, a ninth, "held-out-7", before the
 ninth's, a tenth, "held-out-8", before the tenth's, an eleventh, "held-out-9", before its second rule, and a
-twelfth, "held-out-10", before the eleventh session's first rule.
+twelfth, "held-out-10", before the eleventh session's first rule, and a thirteenth, "held-out-11", before the
+twelfth session's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..10|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..11|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ HELD_OUT_9_PERIODS = (0.068, 0.098, 0.145, 0.195, 0.265, 0.39, 0.43)
 # A tenth, fixed (2026-12-06, eleventh session) before any rule of that session, once held-out-9's summary had been
 # read: the same recordings, periods no set uses, seed 10.
 HELD_OUT_10_PERIODS = (0.062, 0.092, 0.122, 0.175, 0.225, 0.325, 0.455)
+# An eleventh, fixed (2026-12-06, twelfth session) before any rule of that session, once held-out-10's summary and
+# one of its rows had been read: the same recordings, periods no set uses, seed 11.
+HELD_OUT_11_PERIODS = (0.055, 0.088, 0.118, 0.165, 0.215, 0.345, 0.485)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -112,6 +116,7 @@ HELD_OUT_SETS = {
     "held-out-8": (HELD_OUT_4, HELD_OUT_8_PERIODS, 8),
     "held-out-9": (HELD_OUT_4, HELD_OUT_9_PERIODS, 9),
     "held-out-10": (HELD_OUT_4, HELD_OUT_10_PERIODS, 10),
+    "held-out-11": (HELD_OUT_4, HELD_OUT_11_PERIODS, 11),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
