@@ -14,7 +14,7 @@ most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
-H100 (data/traces/h100-jitter{,-2,-3,-4,-5,-6}), held out: no threshold was set on them. Each from the recording's
+H100 (data/traces/h100-jitter{,-2,-3,-4,-5,-6,-7}), held out: no threshold was set on them. Each from the recording's
 start (the daemon running before the job: the time to the baseline counts from the job's first iteration) and from
 the same 5 offsets after the first iteration.
 
@@ -171,6 +171,13 @@ REAL = (
     (TRACES / "h100-jitter-6/resnet_512_10-50", "uniform 10-50 ms"),  # 153.6 ms (0.074)
     (TRACES / "h100-jitter-6/gpt_16_0-40", "uniform 0-40 ms"),  # 101.3 ms (0.114)
     (TRACES / "h100-jitter-6/gpt_48_p150", "pareto"),  # 369.6 ms (0.239)
+    # The tenth, on an H100, mostly steady and harmonic-rich (recorded in the twelfth session before its rule)
+    (TRACES / "h100-jitter-7/gpt_64", "steady"),  # 282.5 ms (0.002)
+    (TRACES / "h100-jitter-7/gpt_48", "steady"),  # 215.0 ms (0.001)
+    (TRACES / "h100-jitter-7/gpt_56_0-10", "uniform 0-10 ms"),  # 254.3 ms (0.011)
+    (TRACES / "h100-jitter-7/resnet_768", "steady"),  # 181.6 ms (0.000)
+    (TRACES / "h100-jitter-7/resnet_384", "steady"),  # 93.8 ms (0.001)
+    (TRACES / "h100-jitter-7/gpt_32-resnet_1024", "steady"),  # 148.4 ms (0.002), its first phase
 )
 
 
