@@ -14,7 +14,7 @@ most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
-H100 (data/traces/h100-jitter{,-2,-3,-4,-5,-6,-7}), held out: no threshold was set on them. Each from the recording's
+H100 (data/traces/h100-jitter{,-2,-3,-4,-5,-6,-7,-8}), held out: no threshold was set on them. Each from the recording's
 start (the daemon running before the job: the time to the baseline counts from the job's first iteration) and from
 the same 5 offsets after the first iteration.
 
@@ -178,6 +178,11 @@ REAL = (
     (TRACES / "h100-jitter-7/resnet_768", "steady"),  # 181.6 ms (0.000)
     (TRACES / "h100-jitter-7/resnet_384", "steady"),  # 93.8 ms (0.001)
     (TRACES / "h100-jitter-7/gpt_32-resnet_1024", "steady"),  # 148.4 ms (0.002), its first phase
+    # The eleventh, on an H100: phase changes (recorded in the twelfth session to check its level_shift rule)
+    (TRACES / "h100-jitter-8/gpt_16-resnet_768", "steady"),  # 80.6 ms (0.004), its first phase
+    (TRACES / "h100-jitter-8/resnet_256-gpt_48", "steady"),  # 64.4 ms (0.002), its first phase
+    (TRACES / "h100-jitter-8/gpt_48-resnet_512", "steady"),  # 214.8 ms (0.001), its first phase
+    (TRACES / "h100-jitter-8/resnet_1024-gpt_32", "steady"),  # 240.4 ms (0.001), its first phase
 )
 
 

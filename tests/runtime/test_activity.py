@@ -1,10 +1,11 @@
-"""The idle tail of a window (detection/activity.py): a job that ends inside the window, told from a host stall."""
+"""The idle tail of a window (detection/activity.py): a job that ends inside the window, told from a host stall;
+and the shift of its power level between halves: a job that starts or changes phase inside it."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gpoeo_rt.detection import idle_tail_s
+from gpoeo_rt.detection import idle_tail_s, level_shift
 
 DT = 0.02  # 50 Hz buffered power
 
@@ -60,3 +61,22 @@ def test_nan_samples_and_tiny_windows_give_no_tail() -> None:
     p[::7] = np.nan
     assert idle_tail_s(_t(p), p) > 0.9
     assert idle_tail_s(_t(p)[:5], p[:5]) == 0.0
+
+
+def test_a_warm_up_then_the_job_shifts_the_level_between_halves() -> None:
+    # 3 s of an aperiodic warm-up at ~380 W, then 9 s of the job at ~590 W (real gpt_32-resnet_1024's ResNet start).
+    rng = np.random.default_rng(0)
+    p = np.concatenate([rng.normal(380.0, 60.0, 150), rng.normal(590.0, 60.0, 450)])
+    assert 0.18 <= level_shift(_t(p), p) <= 0.23
+
+
+def test_stalls_spread_over_the_window_shift_no_level() -> None:
+    # Heavy-tailed stalls anywhere in the window: the halves' mean power differs by far less than a phase change.
+    rng = np.random.default_rng(1)
+    p = _job(list(rng.pareto(2.5, 60) * 0.1 + 0.02), seed=1)
+    assert level_shift(_t(p), p) < 0.1
+
+
+def test_level_shift_of_a_flat_or_tiny_window_is_zero() -> None:
+    assert level_shift(_t(np.full(100, 300.0)), np.full(100, 300.0)) == 0.0
+    assert level_shift(np.array([0.0]), np.array([300.0])) == 0.0

@@ -43,6 +43,8 @@ JITTER_H100_4 = TRACES / "h100-jitter-4"  # a sixth, on an H100: long iterations
 JITTER_3 = TRACES / "h200-jitter-3"  # a seventh, on an H200: recorded after a session's rule, scored before and after
 JITTER_H100_5 = TRACES / "h100-jitter-5"  # an eighth, on an H100: variable-length jobs, before a session's rules
 JITTER_H100_6 = TRACES / "h100-jitter-6"  # a ninth, on an H100: after a session's rule, scored before and after
+JITTER_H100_7 = TRACES / "h100-jitter-7"  # a tenth, on an H100: steady, harmonic-rich, before a session's rule
+JITTER_H100_8 = TRACES / "h100-jitter-8"  # an eleventh, on an H100: phase changes, to check a session's rule
 REAL_ROOTS = (
     JITTER,
     JITTER_2,
@@ -53,6 +55,8 @@ REAL_ROOTS = (
     JITTER_3,
     JITTER_H100_5,
     JITTER_H100_6,
+    JITTER_H100_7,
+    JITTER_H100_8,
 )
 REAL_JITTERY = sorted(d for root in REAL_ROOTS for d in root.iterdir() if d.is_dir())
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -207,6 +211,19 @@ def test_a_window_that_runs_past_the_jobs_end_gives_no_baseline(predictor: Predi
     outcome = profile_replay(folder, iterations.phases()[0].end_s - 5.9, predictor)
     assert outcome.conclusion != "baseline", (outcome.events, outcome.window_error)
     assert [e.split(":")[0] for e in outcome.events[:3]] == ["period_candidate", "ends_idle", "idle"]
+
+
+def test_a_window_holding_a_warm_up_and_the_job_does_not_stand_alone(predictor: Predictor) -> None:
+    """Real gpt_32-resnet_1024 (h100-jitter-7, held out; this start was diagnosed) 9.4 s before its ResNet phase's
+    first iteration: a 12 s window of 3.1 s of warm-up (~380 W, aperiodic) and 8.9 s of the job (~590 W) segmented
+    into 46 'iterations' and stood alone as a 257.7 ms baseline, 7.2% over the phase's 240.5 ms. Its halves differ
+    by more than a phase change's level: a candidate now, and the next windows give the phase's own period."""
+    folder = JITTER_H100_7 / "gpt_32-resnet_1024"
+    iterations = read_iterations(folder)
+    assert iterations is not None
+    outcome = profile_replay(folder, iterations.phases()[1].start_s - 18.1, predictor)
+    err = outcome.window_error
+    assert outcome.conclusion == "baseline" and err is not None and abs(err) <= 0.02, (outcome.events, err)
 
 
 @pytest.mark.parametrize("offset_s", [49.5, 57.5])

@@ -50,6 +50,7 @@ from gpoeo_rt.detection import (
     detect_period,
     has_changed,
     idle_tail_s,
+    level_shift,
     period_from_markers,
     phase_persists,
     window_for_periods,
@@ -604,7 +605,10 @@ class Controller:
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
-            if est.stands_alone:
+            # A window that stands alone is one phase only if its halves' power differs by less than a phase
+            # change's (a job's warm-up then its first phase: real gpt_32-resnet_1024's ResNet phase, 7% long).
+            # Otherwise it is a candidate like any window, and must agree with the next.
+            if est.stands_alone and level_shift(window.t_s, window.power_w) <= cfg.level_tolerance:
                 return self._on_baseline([(m, window)], [counters], info)
             # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate. And
             # only by one method: a folded period and a counted one are different evidence (on the 9.8 ms MLP

@@ -1,6 +1,6 @@
 """Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
 
-from gpoeo_rt.detection.activity import idle_tail_s
+from gpoeo_rt.detection.activity import idle_tail_s, level_shift
 from gpoeo_rt.detection.markers import MARKERS, SIGNAL, period_from_markers
 from gpoeo_rt.detection.period import (
     COUNTABLE_VERDICTS,
@@ -40,6 +40,7 @@ __all__ = [
     "fold_r2",
     "has_changed",
     "idle_tail_s",
+    "level_shift",
     "min_resolvable_period",
     "period_from_markers",
     "period_persists",

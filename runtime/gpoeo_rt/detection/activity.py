@@ -1,4 +1,5 @@
-"""Where a window's activity ends: the idle tail of a window of power samples (pure numpy).
+"""Where a window's activity ends or changes: the idle tail of a window of power samples, and the shift of its
+power level between its halves (pure numpy).
 
 A job that ends (or pauses) inside a window leaves its last stretch at the idle level. Measured over such a window,
 the idle tail counts as one long iteration (a host stall) and the mean power falls: on the real gpt_32_0-80 job a
@@ -52,3 +53,20 @@ def idle_tail_s(
     dt = float(np.median(np.diff(t)))
     tail_s = tail * dt
     return tail_s if tail_s >= min_tail_s and tail > tail_factor * longest else 0.0
+
+
+def level_shift(t_s: FloatArray, power_w: FloatArray) -> float:
+    """The change of mean power from the window's first half (in time) to its second, relative to the window's mean
+    power; 0.0 when either half is empty. A job that starts or changes phase inside the window shifts it as much as
+    a phase change shifts a whole window (the phase model's level tolerance); stalls spread over it do not."""
+    t = np.asarray(t_s, dtype=float)
+    p = np.asarray(power_w, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(p)
+    t, p = t[keep], p[keep]
+    if len(p) < 2:
+        return 0.0
+    first = t < 0.5 * (t[0] + t[-1])
+    mean = float(p.mean())
+    if not first.any() or first.all() or mean <= 0.0:
+        return 0.0
+    return abs(float(p[~first].mean()) - float(p[first].mean())) / mean
