@@ -237,15 +237,29 @@ def test_a_run_whose_windows_did_not_pair_stands_alone_as_one(tmp_path: Path, pr
 def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_confirms_it(
     tmp_path: Path, predictor: Predictor
 ) -> None:
-    """160 ms +-10% heavy-tailed stalls: the second candidate's fold is followed by a 6 s window whose phase
-    diffused (it neither folds nor counts alone); the count over both windows confirms the fold: a baseline 9.6 s
-    in (before: two more windows, 15.4 s in)."""
+    """160 ms +-10% uniform stalls, 17.3 s in: a fold is followed by a window whose phase diffused (it neither
+    folds nor counts alone); the count over both windows confirms the fold: a baseline 15 s in (without the rule:
+    two more windows, 32.8 s in). (The heavy-tailed job's start this test used before now pairs its first two
+    folds, 6% apart, by their measured spread: test_two_folds_of_a_jittery_job_pair_within_what_chance_allows.)"""
+    spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "uniform", duration_s=60.0)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 17.3
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
+    assert o.concluded_s - start <= 15.5 and o.window_error is not None and abs(o.window_error) < 0.01
+
+
+def test_two_folds_of_a_jittery_job_pair_within_what_chance_allows(tmp_path: Path, predictor: Predictor) -> None:
+    """160 ms +-10% heavy-tailed stalls: two folds 165.0 ms and 6% shorter, each near its own window's mean. A
+    fold now reports the spread of single iterations its sub-windows show, so the pair is judged by what two means
+    of so few iterations differ by by chance (Controller._agreement), not the steady 2%: a baseline 6.3 s in,
+    within 2% of the mean over its windows (before: 9.6 s in, from the count over a third window)."""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "heavy", duration_s=60.0)
     make_jittered_trace(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 0.5
     o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "period_candidate", "baseline"], o.events
-    assert o.concluded_s - start <= 10.0 and o.window_error is not None and abs(o.window_error) < 0.01
+    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "baseline"], o.events
+    assert o.concluded_s - start <= 7.0 and o.window_error is not None and abs(o.window_error) < 0.02
 
 
 def test_a_window_without_a_period_then_a_fold_pair_where_the_count_over_both_confirms_it(

@@ -207,6 +207,18 @@ def test_harmonic_rich_300_ms_job_resolves_in_a_6_s_window() -> None:
     assert resolved >= 15
 
 
+def test_a_fold_reports_the_spread_of_single_iterations() -> None:
+    # 25 iterations of 300 ms: steady (0.3% per iteration) vs 6% per iteration. The sub-windows' periods tell
+    # them apart, so two windows of the jittery job may differ by what chance allows (Controller._agreement).
+    def spreads(jitter: float) -> list[float]:
+        found = [detect_period(*sample(Job(0.3, 7.5, noise_w=10, jitter=jitter, seed=seed))) for seed in range(8)]
+        return [e.spread for e in found if e.method == "fold"]
+
+    steady, jittery = spreads(0.003), spreads(0.06)
+    assert len(steady) == 8 and max(steady) < 0.01, steady
+    assert len(jittery) >= 4 and 0.03 <= float(np.mean(jittery)) <= 0.09, jittery
+
+
 def test_subsample_precision() -> None:
     """A period of 5.21 samples is found to far better than one sample (20 ms = 19%)."""
     job = Job(period_s=0.1042, duration_s=10.0, shape="pulse", noise_w=10, jitter=0.001)

@@ -286,8 +286,9 @@ class PeriodEstimate:
     # INSUFFICIENT_DATA, or APERIODIC for a period that wanders (see DetectorConfig.wander_*): a window that would do
     suggested_window_s: float | None = None
     timing: str = "signal"  # where the period came from: "signal" (power samples) or "markers" (step markers)
-    # Relative std of single iteration times in the window, where it was measured (counted cycles, markers): what
-    # two windows' mean periods may differ by, by chance, is this over the square root of their cycles.
+    # Relative std of single iteration times in the window (counted cycles, segments, markers; a fold's from its
+    # sub-windows' periods): what two windows' mean periods may differ by, by chance, is this over the square root
+    # of their cycles.
     spread: float = 0.0
     # How the signal's period was found: "fold" (one period explains every sub-window), "count" (cycles of
     # jittery iterations counted, see _count_cycles) or "template" (iterations segmented, see _segment_cycles);
@@ -1073,7 +1074,10 @@ def _validate(
         f"{spread * 100:.1f}%{wanders}{checked})",
         **extra,
     )
-    return replace(est, period_s=period, confidence=float(np.clip(conf, 0.0, 1.0)))
+    # The sub-windows' periods vary by the iterations' own spread over the square root of their cycles (and by
+    # estimation noise, which this counts as spread: two windows are then allowed to differ a little more).
+    single = float(np.std(sub_p)) / period * math.sqrt(n_cyc / n_sub)
+    return replace(est, period_s=period, confidence=float(np.clip(conf, 0.0, 1.0)), spread=single)
 
 
 def _t_lo_ms(base: _Fields) -> str:
