@@ -213,15 +213,17 @@ def test_a_window_that_runs_past_the_jobs_end_gives_no_baseline(predictor: Predi
     assert [e.split(":")[0] for e in outcome.events[:3]] == ["period_candidate", "ends_idle", "idle"]
 
 
-def test_a_window_holding_a_warm_up_and_the_job_does_not_stand_alone(predictor: Predictor) -> None:
-    """Real gpt_32-resnet_1024 (h100-jitter-7, held out; this start was diagnosed) 9.4 s before its ResNet phase's
-    first iteration: a 12 s window of 3.1 s of warm-up (~380 W, aperiodic) and 8.9 s of the job (~590 W) segmented
-    into 46 'iterations' and stood alone as a 257.7 ms baseline, 7.2% over the phase's 240.5 ms. Its halves differ
-    by more than a phase change's level: a candidate now, and the next windows give the phase's own period."""
+@pytest.mark.parametrize("before_s", [18.1, 4.0, 3.0, 2.5])
+def test_a_window_holding_a_warm_up_and_the_job_does_not_stand_alone(before_s: float, predictor: Predictor) -> None:
+    """Real gpt_32-resnet_1024 (h100-jitter-7, held out; these starts were diagnosed) 18.1 s before its ResNet
+    phase's first logged iteration: a 12 s window of 3.1 s of warm-up (~380 W, aperiodic) and 8.9 s of the job
+    (~590 W) segmented into 46 'iterations' and stood alone as a 257.7 ms baseline, 7.2% over the phase's 240.5
+    ms. Its halves differ by more than a phase change's level: a candidate now, and the next windows give the
+    phase's own period. From 4.0, 3.0 and 2.5 s before, a merged run of windows did the same (6.6-7.4% long)."""
     folder = JITTER_H100_7 / "gpt_32-resnet_1024"
     iterations = read_iterations(folder)
     assert iterations is not None
-    outcome = profile_replay(folder, iterations.phases()[1].start_s - 18.1, predictor)
+    outcome = profile_replay(folder, iterations.phases()[1].start_s - before_s, predictor)
     err = outcome.window_error
     assert outcome.conclusion == "baseline" and err is not None and abs(err) <= 0.02, (outcome.events, err)
 

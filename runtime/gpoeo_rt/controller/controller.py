@@ -605,10 +605,8 @@ class Controller:
         if est.ok and est.period_s is not None:
             prev = self._prof_prev
             counters = dict(window.counters.features)
-            # A window that stands alone is one phase only if its halves' power differs by less than a phase
-            # change's (a job's warm-up then its first phase: real gpt_32-resnet_1024's ResNet phase, 7% long).
-            # Otherwise it is a candidate like any window, and must agree with the next.
-            if est.stands_alone and level_shift(window.t_s, window.power_w) <= cfg.level_tolerance:
+            # A window that stands alone is the baseline if it holds one phase; else a candidate like any window.
+            if est.stands_alone and self._one_phase(window):
                 return self._on_baseline([(m, window)], [counters], info)
             # Two windows agree only in one source: a job that starts (or stops) marking starts a new candidate. And
             # only by one method: a folded period and a counted one are different evidence (on the 9.8 ms MLP
@@ -742,6 +740,12 @@ class Controller:
         cap = max(self.config.counted_window_periods * period_s, self.config.first_window_s)
         return min(candidate_s, cap)
 
+    def _one_phase(self, window: PowerWindow) -> bool:
+        """Whether a window that stands alone holds one phase: its halves' mean power differs by at most what
+        `has_changed` calls a new phase (level_tolerance). A job's warm-up, then its phase, does not (real
+        gpt_32-resnet_1024: a window of the ResNet's warm-up and first 9 s stood alone 7.2% long)."""
+        return level_shift(window.t_s, window.power_w) <= self.config.level_tolerance
+
     def _merged_run(self) -> tuple[PowerWindow, PeriodEstimate]:
         """The windows of the run (consecutive, at reference, since the last reset; none paired) as one window, and
         its estimate."""
@@ -752,7 +756,7 @@ class Controller:
         """The merged run as the baseline, if it stands alone. Tried after a window without a period
         (`_run_candidate`) and after one whose candidate paired with none: a jittery job's 6 s windows of 23
         iterations each count 2-6% apart, by chance, where both together segment 46."""
-        if not (est.ok and est.period_s is not None and est.stands_alone):
+        if not (est.ok and est.period_s is not None and est.stands_alone and self._one_phase(merged)):
             return None
         self._prof_run = []
         return self._on_baseline([(self._reduce(merged, est), merged)], [dict(merged.counters.features)], info)

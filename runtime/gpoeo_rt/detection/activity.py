@@ -34,10 +34,7 @@ def idle_tail_s(
     Low: under floor + low_share x (active - floor), the floor being the window's lowest sample and the active
     level the median of the samples above the mean. A window whose active level is under min_swing x its floor
     varies too little to tell (idle, or steady without stalls): 0.0."""
-    t = np.asarray(t_s, dtype=float)
-    p = np.asarray(power_w, dtype=float)
-    keep = np.isfinite(t) & np.isfinite(p)
-    t, p = t[keep], p[keep]
+    t, p = _finite(t_s, power_w)
     if len(p) < 10:
         return 0.0
     floor = float(p.min())
@@ -59,10 +56,7 @@ def level_shift(t_s: FloatArray, power_w: FloatArray) -> float:
     """The change of mean power from the window's first half (in time) to its second, relative to the window's mean
     power; 0.0 when either half is empty. A job that starts or changes phase inside the window shifts it as much as
     a phase change shifts a whole window (the phase model's level tolerance); stalls spread over it do not."""
-    t = np.asarray(t_s, dtype=float)
-    p = np.asarray(power_w, dtype=float)
-    keep = np.isfinite(t) & np.isfinite(p)
-    t, p = t[keep], p[keep]
+    t, p = _finite(t_s, power_w)
     if len(p) < 2:
         return 0.0
     first = t < 0.5 * (t[0] + t[-1])
@@ -70,3 +64,11 @@ def level_shift(t_s: FloatArray, power_w: FloatArray) -> float:
     if not first.any() or first.all() or mean <= 0.0:
         return 0.0
     return abs(float(p[~first].mean()) - float(p[first].mean())) / mean
+
+
+def _finite(t_s: FloatArray, power_w: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The samples whose time and power are both finite, in their order."""
+    t = np.asarray(t_s, dtype=float)
+    p = np.asarray(power_w, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(p)
+    return t[keep], p[keep]
