@@ -14,7 +14,7 @@ most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
-H100 (data/traces/h100-jitter{,-2,-3,-4,-5,-6,-7,-8}), held out: no threshold was set on them. Each from the recording's
+H100 (data/traces/h100-jitter{,-2,...,-9}), held out: no threshold was set on them. Each from the recording's
 start (the daemon running before the job: the time to the baseline counts from the job's first iteration) and from
 the same 5 offsets after the first iteration.
 
@@ -183,6 +183,11 @@ REAL = (
     (TRACES / "h100-jitter-8/resnet_256-gpt_48", "steady"),  # 64.4 ms (0.002), its first phase
     (TRACES / "h100-jitter-8/gpt_48-resnet_512", "steady"),  # 214.8 ms (0.001), its first phase
     (TRACES / "h100-jitter-8/resnet_1024-gpt_32", "steady"),  # 240.4 ms (0.001), its first phase
+    # The twelfth, on an H100: long iterations with short stalls (recorded after the twelfth session's rules)
+    (TRACES / "h100-jitter-9/gpt_32_0-30", "uniform 0-30 ms"),  # 163.3 ms (0.053)
+    (TRACES / "h100-jitter-9/gpt_48_0-40", "uniform 0-40 ms"),  # 235.6 ms (0.048)
+    (TRACES / "h100-jitter-9/gpt_64_0-50", "uniform 0-50 ms"),  # 308.8 ms (0.047)
+    (TRACES / "h100-jitter-9/resnet_768_0-30", "uniform 0-30 ms"),  # 197.3 ms (0.043)
 )
 
 

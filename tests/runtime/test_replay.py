@@ -45,6 +45,7 @@ JITTER_H100_5 = TRACES / "h100-jitter-5"  # an eighth, on an H100: variable-leng
 JITTER_H100_6 = TRACES / "h100-jitter-6"  # a ninth, on an H100: after a session's rule, scored before and after
 JITTER_H100_7 = TRACES / "h100-jitter-7"  # a tenth, on an H100: steady, harmonic-rich, before a session's rule
 JITTER_H100_8 = TRACES / "h100-jitter-8"  # an eleventh, on an H100: phase changes, to check a session's rule
+JITTER_H100_9 = TRACES / "h100-jitter-9"  # a twelfth, on an H100: +-5% long jobs, after a session's rules
 REAL_ROOTS = (
     JITTER,
     JITTER_2,
@@ -57,6 +58,7 @@ REAL_ROOTS = (
     JITTER_H100_6,
     JITTER_H100_7,
     JITTER_H100_8,
+    JITTER_H100_9,
 )
 REAL_JITTERY = sorted(d for root in REAL_ROOTS for d in root.iterdir() if d.is_dir())
 MODELS = Path(__file__).resolve().parents[2] / "models"
