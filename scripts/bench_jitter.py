@@ -23,10 +23,10 @@ a fifth, "held-out-3", once held-out-2 had been looked at: the same recordings a
 a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a seventh, "held-out-5", to check the
 last of them, an eighth, "held-out-6", before the eighth session's rules, a ninth, "held-out-7", before the
 ninth's, a tenth, "held-out-8", before the tenth's, an eleventh, "held-out-9", before its second rule, and a
-twelfth, "held-out-10", before the eleventh session's first rule, and a thirteenth, "held-out-11", before the
-twelfth session's.
+twelfth, "held-out-10", before the eleventh session's first rule, a thirteenth, "held-out-11", before the
+twelfth session's, and a fourteenth, "held-out-12", before the thirteenth session's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..11|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..12|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ HELD_OUT_10_PERIODS = (0.062, 0.092, 0.122, 0.175, 0.225, 0.325, 0.455)
 # An eleventh, fixed (2026-12-06, twelfth session) before any rule of that session, once held-out-10's summary and
 # one of its rows had been read: the same recordings, periods no set uses, seed 11.
 HELD_OUT_11_PERIODS = (0.055, 0.088, 0.118, 0.165, 0.215, 0.345, 0.485)
+# A twelfth, fixed (2026-12-06, thirteenth session) before any rule of that session, once held-out-11's summary had
+# been read: the same recordings, periods no set uses, seed 12.
+HELD_OUT_12_PERIODS = (0.072, 0.102, 0.142, 0.188, 0.255, 0.355, 0.465)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -117,6 +120,7 @@ HELD_OUT_SETS = {
     "held-out-9": (HELD_OUT_4, HELD_OUT_9_PERIODS, 9),
     "held-out-10": (HELD_OUT_4, HELD_OUT_10_PERIODS, 10),
     "held-out-11": (HELD_OUT_4, HELD_OUT_11_PERIODS, 11),
+    "held-out-12": (HELD_OUT_4, HELD_OUT_12_PERIODS, 12),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
