@@ -1,13 +1,16 @@
 """Jittery training jobs made from recorded steady H200 traces, with known ground truth.
 
 Real jobs stall: a data loader or the host makes each iteration wait a variable time with the GPU nearly idle.
-No such recording exists, so one is cut and re-joined from a recorded steady phase: each synthetic iteration is a
-host stall (power decaying toward the idle level, as the recorded 20 ms host-stall job shows) followed by one
-recorded iteration's samples, time-scaled so the job has the wanted mean iteration time. Iteration times spread
-+-jitter x period around it: uniformly, or heavy-tailed (Pareto stalls, mostly short, now and then several
-periods long). The result is written as a trace folder (`nvml_buffered.csv` at 50 Hz, `nvml_polled.csv` with the
-10 Hz energy counter, instantaneous power and the recorded GPM counters, `iterations.csv`), which `ReplayGPU`,
-`gpoeo-rt trace detect` and the benchmarks read like any recording. It is a construct, and is reported as one.
+Recordings of such jobs cover a few periods and stalls (data/traces/*-jitter*); more are cut and re-joined from a
+recorded steady phase: each synthetic iteration is a host stall (power decaying toward the idle level, as the
+recorded 20 ms host-stall job shows) followed by one recorded iteration's samples, time-scaled so the job has the
+wanted mean iteration time; they start from the stall's level and rise to the recording's over ~20 ms, as recorded
+stalls end (without that rise, +-8% jobs were far harder to time than the real ones they imitate: docs/jitter.md,
+session 16). Iteration times spread +-jitter x period around it: uniformly, or heavy-tailed (Pareto stalls, mostly
+short, now and then several periods long). The result is written as a trace folder (`nvml_buffered.csv` at 50 Hz,
+`nvml_polled.csv` with the 10 Hz energy counter, instantaneous power and the recorded GPM counters, `iterations.csv`
+with each iteration's stall and compute time beside its end), which `ReplayGPU`, `gpoeo-rt trace detect` and the
+benchmarks read like any recording. It is a construct, and is reported as one.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class JitterSpec:
     lead_s: float = 1.0  # idle before the first iteration
     idle_w: float = 120.0  # what an H200 draws between kernels for long (all recordings: ~118 W)
     stall_tau_s: float = 0.015  # power decays toward idle_w with this time constant during a stall
+    rise_delay_s: float = 0.005  # after a stall the power stays at its stall level this long...
+    rise_tau_s: float = 0.012  # ...then rises to the compute waveform with this time constant (0: at once)
     sample_s: float = 0.02  # buffered power samples (NVML on an H200: 50 Hz)
     poll_s: float = 0.02
     refresh_s: float = 0.1  # polled power and the energy counter refresh at 10 Hz
@@ -100,7 +105,7 @@ def make_jittered_trace(spec: JitterSpec, out: str | Path) -> FloatArray:
     keep = end <= spec.duration_s
     t_fine = np.arange(0.0, spec.duration_s, 0.001)
     power = _power_at(t_fine, begin, comp_start, end, ends[which], scale, st, sp, spec)
-    _write(spec, Path(out), t_fine, power, end[keep], rng)
+    _write(spec, Path(out), t_fine, power, (end[keep], stalls[keep], compute[keep]), rng)
     return np.asarray(end[keep], dtype=np.float64)
 
 
@@ -126,15 +131,35 @@ def _power_at(
     stalling = inside & ~computing
     # Power at the stall's start: the end of the previous iteration (idle before the first one).
     prev_end_w = np.interp(src_end, st, sp)
-    start_w = np.where(k > 0, prev_end_w[np.maximum(k - 1, 0)], spec.idle_w)
-    decay = np.exp(-(t - begin[k]) / spec.stall_tau_s)
-    out[stalling] = (spec.idle_w + (start_w - spec.idle_w) * decay)[stalling]
+    start_w = np.concatenate(([spec.idle_w], prev_end_w[:-1]))
+    out[stalling] = _stall_w(start_w[k], t - begin[k], spec)[stalling]
+    if spec.rise_tau_s > 0:
+        # The compute waveform starts from the stall's last level and rises to it (recorded stalls rise so:
+        # docs/jitter.md, session 16), not at once: a first-order blend, so never outside the two. As much as
+        # the stall took the GPU toward idle: without a stall the recording's own iteration boundary stands.
+        stall_s = comp_start - begin
+        last_w = _stall_w(start_w, stall_s, spec)[k]
+        idled = (1.0 - np.exp(-stall_s / spec.stall_tau_s))[k]
+        held = idled * np.exp(-np.maximum(t - comp_start[k] - spec.rise_delay_s, 0.0) / spec.rise_tau_s)
+        out[computing] = (held * last_w + (1.0 - held) * out)[computing]
     return out
 
 
+def _stall_w(start_w: FloatArray, since_s: FloatArray, spec: JitterSpec) -> FloatArray:
+    """Power `since_s` into a stall that began at `start_w`: an exponential decay toward idle_w."""
+    return np.asarray(spec.idle_w + (start_w - spec.idle_w) * np.exp(-since_s / spec.stall_tau_s), dtype=np.float64)
+
+
 def _write(
-    spec: JitterSpec, out: Path, t_fine: FloatArray, power: FloatArray, ends: FloatArray, rng: np.random.Generator
+    spec: JitterSpec,
+    out: Path,
+    t_fine: FloatArray,
+    power: FloatArray,
+    truth: tuple[FloatArray, FloatArray, FloatArray],
+    rng: np.random.Generator,
 ) -> None:
+    """The trace folder; `truth` is each iteration's end time, stall and compute (s), all in iterations.csv."""
+    ends, stalls, compute = truth
     out.mkdir(parents=True, exist_ok=True)
     t0 = 1000.0  # a monotonic-clock time base, as the polled10ms recordings have
     ts = np.arange(0.0, spec.duration_s - 0.002, spec.sample_s) + rng.uniform(-0.001, 0.001)
@@ -169,8 +194,11 @@ def _write(
                 + "\n"
             )
     with (out / "iterations.csv").open("w") as fh:
-        fh.write("t_s,phase,iteration\n")
-        fh.writelines(f"{t0 + e:.6f},0,{i + 1}\n" for i, e in enumerate(ends))
+        fh.write("t_s,phase,iteration,stall_s,compute_s\n")
+        fh.writelines(
+            f"{t0 + e:.6f},0,{i + 1},{s:.6f},{c:.6f}\n"
+            for i, (e, s, c) in enumerate(zip(ends, stalls, compute, strict=True))
+        )
 
 
 def _header(folder: Path) -> list[str]:
