@@ -14,7 +14,7 @@ most 2x (MAX_SQUEEZE), so not every period is made from every recording.
 These are constructs on recorded samples, not recordings of jittery jobs.
 
 A third set, "real", replays recordings of real jittery jobs on an H200 (data/traces/h200-jitter{,-2,-3}) and an
-H100 (data/traces/h100-jitter{,-2,...,-9}), held out: no threshold was set on them. Each from the recording's
+H100 (data/traces/h100-jitter{,-2,...,-11}), held out: no threshold was set on them. Each from the recording's
 start (the daemon running before the job: the time to the baseline counts from the job's first iteration) and from
 the same 5 offsets after the first iteration.
 
@@ -192,6 +192,23 @@ REAL = (
     (TRACES / "h100-jitter-9/gpt_48_0-40", "uniform 0-40 ms"),  # 235.6 ms (0.048)
     (TRACES / "h100-jitter-9/gpt_64_0-50", "uniform 0-50 ms"),  # 308.8 ms (0.047)
     (TRACES / "h100-jitter-9/resnet_768_0-30", "uniform 0-30 ms"),  # 197.3 ms (0.043)
+    # The thirteenth, on an H100: short iterations and heavy tails (recorded before the thirteenth session's changes)
+    (TRACES / "h100-jitter-10/resnet_192_0-30", "uniform 0-30 ms"),  # 64.8 ms (0.135)
+    (TRACES / "h100-jitter-10/gpt_8_0-30", "uniform 0-30 ms"),  # 61.8 ms (0.142)
+    (TRACES / "h100-jitter-10/resnet_320_p40", "pareto"),  # 120.0 ms (0.258)
+    (TRACES / "h100-jitter-10/gpt_24_0-60", "uniform 0-60 ms"),  # 143.8 ms (0.120)
+    (TRACES / "h100-jitter-10/resnet_640_0-120", "uniform 0-120 ms"),  # 214.6 ms (0.158)
+    (TRACES / "h100-jitter-10/gpt_40_p80", "pareto"),  # 260.1 ms (0.177)
+    (TRACES / "h100-jitter-10/gpt_56", "steady"),  # 246.7 ms (0.002)
+    (TRACES / "h100-jitter-10/resnet_448_10-70", "uniform 10-70 ms"),  # 149.1 ms (0.115)
+    (TRACES / "h100-jitter-10/gpt_12_p30", "pareto"),  # 94.1 ms (0.235)
+    (TRACES / "h100-jitter-10/resnet_1024_p150", "pareto"),  # 397.8 ms (0.231)
+    # The fourteenth, on an H100: short iterations, heavy tails (recorded to check the thirteenth session's rule)
+    (TRACES / "h100-jitter-11/gpt_12_p45", "pareto"),  # 109.5 ms (0.309)
+    (TRACES / "h100-jitter-11/gpt_8_p20", "pareto"),  # 67.0 ms (0.237)
+    (TRACES / "h100-jitter-11/gpt_16_p30", "pareto"),  # 111.2 ms (0.205)
+    (TRACES / "h100-jitter-11/resnet_256_p30", "pareto"),  # 95.5 ms (0.229)
+    (TRACES / "h100-jitter-11/resnet_128_p20", "pareto"),  # 56.7 ms (0.274)
 )
 
 

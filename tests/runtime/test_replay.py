@@ -46,6 +46,8 @@ JITTER_H100_6 = TRACES / "h100-jitter-6"  # a ninth, on an H100: after a session
 JITTER_H100_7 = TRACES / "h100-jitter-7"  # a tenth, on an H100: steady, harmonic-rich, before a session's rule
 JITTER_H100_8 = TRACES / "h100-jitter-8"  # an eleventh, on an H100: phase changes, to check a session's rule
 JITTER_H100_9 = TRACES / "h100-jitter-9"  # a twelfth, on an H100: +-5% long jobs, after a session's rules
+JITTER_H100_10 = TRACES / "h100-jitter-10"  # a thirteenth, on an H100: short and heavy-tailed jobs
+JITTER_H100_11 = TRACES / "h100-jitter-11"  # a fourteenth, on an H100: to check a session's rule
 REAL_ROOTS = (
     JITTER,
     JITTER_2,
@@ -59,6 +61,8 @@ REAL_ROOTS = (
     JITTER_H100_7,
     JITTER_H100_8,
     JITTER_H100_9,
+    JITTER_H100_10,
+    JITTER_H100_11,
 )
 REAL_JITTERY = sorted(d for root in REAL_ROOTS for d in root.iterdir() if d.is_dir())
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -226,6 +230,20 @@ def test_a_window_holding_a_warm_up_and_the_job_does_not_stand_alone(before_s: f
     iterations = read_iterations(folder)
     assert iterations is not None
     outcome = profile_replay(folder, iterations.phases()[1].start_s - before_s, predictor)
+    err = outcome.window_error
+    assert outcome.conclusion == "baseline" and err is not None and abs(err) <= 0.02, (outcome.events, err)
+
+
+@pytest.mark.parametrize("after_s", [9.0, 18.0])
+def test_a_template_of_two_iterations_gives_way_to_the_iteration(after_s: float, predictor: Predictor) -> None:
+    """Real gpt_12_p30 (h100-jitter-10, held out; these starts were diagnosed): 94 ms iterations, Pareto host
+    stalls. Its count looked like an alias's and was dropped, so the template segmented only from a count at twice
+    the iteration: a 9 s run stood alone as 190.7 ms (+100%). The iteration itself segments as well (fit r2 0.95
+    against 0.87), without alternating: the baseline is the iteration."""
+    folder = JITTER_H100_10 / "gpt_12_p30"
+    iterations = read_iterations(folder)
+    assert iterations is not None
+    outcome = profile_replay(folder, iterations.phases()[0].start_s + after_s, predictor)
     err = outcome.window_error
     assert outcome.conclusion == "baseline" and err is not None and abs(err) <= 0.02, (outcome.events, err)
 

@@ -1701,6 +1701,15 @@ def _segment_cycles(
         return replace(failed, message=failed.message + "; no template segmentation holds")
     top = max(s.r2 for s in found)
     s = min((s for s in found if s.r2 >= 0.95 * top), key=lambda s: s.period)
+    # Only counts that look like no alias's give the starts, so the count of the iteration itself can be missing,
+    # and the template then segments a multiple of it (two iterations of a real transformer with heavy-tailed
+    # stalls at once, 2x: docs/jitter.md, session 16). A part that segments as well, not alternating, is the
+    # iteration.
+    for k in _SPLIT_PARTS:
+        part = _segment_count(y, dt, s.period / k, cfg, whole=False)
+        if part is not None and part.r2 >= s.r2 and t_lo <= part.period and part.cycles >= _MIN_SEGMENTED:
+            s = part
+            break
     if s.cycles < cfg.template_min_cycles:
         need_s = 1.2 * cfg.template_min_cycles * s.period
         return replace(
