@@ -24,9 +24,10 @@ a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a sevent
 last of them, an eighth, "held-out-6", before the eighth session's rules, a ninth, "held-out-7", before the
 ninth's, a tenth, "held-out-8", before the tenth's, an eleventh, "held-out-9", before its second rule, and a
 twelfth, "held-out-10", before the eleventh session's first rule, a thirteenth, "held-out-11", before the
-twelfth session's, and a fourteenth, "held-out-12", before the thirteenth session's.
+twelfth session's, a fourteenth, "held-out-12", before the thirteenth session's, and a fifteenth, "held-out-13",
+before the fourteenth session's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..12|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..13|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ HELD_OUT_11_PERIODS = (0.055, 0.088, 0.118, 0.165, 0.215, 0.345, 0.485)
 # A twelfth, fixed (2026-12-06, thirteenth session) before any rule of that session, once held-out-11's summary had
 # been read: the same recordings, periods no set uses, seed 12.
 HELD_OUT_12_PERIODS = (0.072, 0.102, 0.142, 0.188, 0.255, 0.355, 0.465)
+# A thirteenth, fixed (2026-12-06, fourteenth session) before any rule of that session, once held-out-12's summary
+# and one of its rows had been read: the same recordings, periods no set uses, seed 13.
+HELD_OUT_13_PERIODS = (0.078, 0.108, 0.148, 0.205, 0.245, 0.375, 0.495)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -121,6 +125,7 @@ HELD_OUT_SETS = {
     "held-out-10": (HELD_OUT_4, HELD_OUT_10_PERIODS, 10),
     "held-out-11": (HELD_OUT_4, HELD_OUT_11_PERIODS, 11),
     "held-out-12": (HELD_OUT_4, HELD_OUT_12_PERIODS, 12),
+    "held-out-13": (HELD_OUT_4, HELD_OUT_13_PERIODS, 13),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
