@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from gpoeo_rt.bench.replay import (
     RESOLVABLE_S,
+    _window_mean,
     hold_replay,
     looped_table,
     profile_replay,
@@ -30,7 +31,7 @@ from gpoeo_rt.device import ClockWriteNotAllowedError
 from gpoeo_rt.device.replay import ReplayEndedError, ReplayGPU
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
-from gpoeo_rt.tracefile import read_iterations
+from gpoeo_rt.tracefile import Iterations, read_iterations
 
 TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 SHARED, LIVE = TRACES / "h200", TRACES / "h200-live"
@@ -163,6 +164,29 @@ def test_a_loop_joins_recorded_iteration_ends_and_the_energy_keeps_counting() ->
     np.testing.assert_allclose(
         later_lap.power_samples_since(-math.inf).power_w, first_lap.power_samples_since(-math.inf).power_w
     )
+
+
+def test_a_baselines_truth_is_over_its_own_windows_not_the_stall_between_them() -> None:
+    """A pair of windows with a window that ended idle between them (a 4 s stall): 100 ms iterations in both, so
+    the truth is 100 ms; their total length counted back from the baseline (as the bench once did) spans the stall
+    and the iterations around it (~140 ms)."""
+    ends = np.concatenate([np.arange(0.05, 9.0, 0.1), [13.0], np.arange(13.1, 19.0, 0.1)])
+    iterations = Iterations(ends, np.zeros(len(ends), dtype=np.int64))
+    assert _window_mean(iterations, [(0.0, 9.0), (13.8, 18.7)]) == pytest.approx(0.1)
+    assert _window_mean(iterations, [(18.7 - 13.9, 18.7)]) == pytest.approx(0.14, abs=0.005)
+    # windows that touch count as one: the iteration across their boundary counts too
+    assert _window_mean(iterations, [(0.0, 3.0), (3.0, 9.0)]) == pytest.approx(0.1)
+    assert _window_mean(iterations, [(0.0, 0.2)]) is None  # one iteration end: no interval
+
+
+def test_the_baseline_windows_are_the_windows_it_was_measured_on(predictor: Predictor) -> None:
+    gpu = ReplayGPU(SHARED / "resnet_512", start_s=ReplayGPU(SHARED / "resnet_512").now_s() + 15.0)
+    controller = Controller(gpu, predictor=predictor, config=ControllerConfig(advise=True))
+    while (d := controller.step()).event != "baseline":
+        assert controller.baseline_windows == ()
+    windows = controller.baseline_windows
+    assert windows and windows[-1][1] == pytest.approx(d.t_s)
+    assert sum(b - a for a, b in windows) == pytest.approx(d.window_s or 0.0, abs=1e-3)
 
 
 def test_an_advise_controller_over_a_replay_never_touches_a_clock(predictor: Predictor) -> None:

@@ -66,9 +66,24 @@ def _phase_at(phases: Sequence[PhaseTruth], t_s: float) -> PhaseTruth | None:
     return started[-1] if started else None
 
 
-def _window_mean(iterations: Iterations, start_s: float, end_s: float) -> float | None:
-    ends = np.sort(iterations.t_s[(iterations.t_s >= start_s) & (iterations.t_s <= end_s)])
-    return float((ends[-1] - ends[0]) / (len(ends) - 1)) if len(ends) >= 3 else None
+_TOUCH_S = 1e-6  # a window that continues another starts where it ended (as the controller's _touches)
+
+
+def _window_mean(iterations: Iterations, windows: Sequence[tuple[float, float]]) -> float | None:
+    """The mean true iteration time over the iterations that end inside one of `windows` ((start_s, end_s)
+    each), one after another within it: windows that touch count as one, an iteration across a gap as none."""
+    merged: list[list[float]] = []
+    for start_s, end_s in sorted(windows):
+        if merged and start_s <= merged[-1][1] + _TOUCH_S:
+            merged[-1][1] = max(merged[-1][1], end_s)
+        else:
+            merged.append([start_s, end_s])
+    span = intervals = 0.0
+    for start_s, end_s in merged:
+        ends = np.sort(iterations.t_s[(iterations.t_s >= start_s) & (iterations.t_s <= end_s)])
+        if len(ends) >= 2:
+            span, intervals = span + float(ends[-1] - ends[0]), intervals + len(ends) - 1
+    return span / intervals if intervals >= 2 else None
 
 
 def profile_replay(
@@ -93,13 +108,13 @@ def profile_replay(
     events: list[str] = []
     conclusion = "ended"
     period: float | None = None
-    window: tuple[float, float] | None = None
+    windows: tuple[tuple[float, float], ...] = ()
     try:
         for _ in range(max_steps):
             d = controller.step()
             events.append(d.event if d.period_s is None else f"{d.event}:{d.period_s * 1e3:.1f}")
             if d.event in BASELINE_EVENTS:
-                conclusion, period, window = "baseline", d.period_s, (d.t_s - (d.window_s or 0.0), d.t_s)
+                conclusion, period, windows = "baseline", d.period_s, controller.baseline_windows
                 if d.next_state is State.SEARCHING:
                     controller.step()  # advise mode: the model's pick, no measurement
                 break
@@ -109,9 +124,9 @@ def profile_replay(
     except ReplayEndedError:
         pass  # the recording ran out before profiling concluded
     baseline_phase = window_mean = None
-    if window is not None and iterations is not None:
-        baseline_phase = _phase_at(phases, 0.5 * (window[0] + window[1]))
-        window_mean = _window_mean(iterations, *window)
+    if windows and iterations is not None:
+        baseline_phase = _phase_at(phases, 0.5 * (windows[0][0] + windows[-1][1]))
+        window_mean = _window_mean(iterations, windows)
     return ReplayOutcome(
         trace=folder.name if gpu.loop is None else f"{folder.name} (looped)",
         start_s=start_s,

@@ -303,6 +303,9 @@ class Controller:
         self._reset_pending = not self.config.advise
         self._started = False  # the first step logs a "start" decision: a run boundary in the decision log
         self.advised: Clocks | None = None  # advise mode: the config it would set (None: the reference)
+        # (start_s, end_s) of each window the last baseline was measured on: two of a pair need not touch (a window
+        # that ended idle may lie between them), so their total length does not say where they were.
+        self.baseline_windows: tuple[tuple[float, float], ...] = ()
 
     # --- public API -------------------------------------------------------------------------------------------
 
@@ -801,6 +804,7 @@ class Controller:
         (m1, w1), (m2, w2) = measured[0], measured[-1]
         assert m1.period_s is not None and m2.period_s is not None
         windows = [w for _, w in measured]
+        self.baseline_windows = tuple((w.start_s, w.end_s) for w in windows)
         if self._prof_window_s > self.config.first_window_s:
             lengths = [m.window_s for m, _ in measured]
             if len(measured) == 1:  # later windows as long as a pair's second window would have been
