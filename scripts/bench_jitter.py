@@ -214,6 +214,12 @@ REAL = (
     (TRACES / "h100-jitter-11/gpt_16_p30", "pareto"),  # 111.2 ms (0.205)
     (TRACES / "h100-jitter-11/resnet_256_p30", "pareto"),  # 95.5 ms (0.229)
     (TRACES / "h100-jitter-11/resnet_128_p20", "pareto"),  # 56.7 ms (0.274)
+    # The fifteenth, on an H100: stalls as long as the compute, heavy-tailed (to check the fourteenth session's rule)
+    (TRACES / "h100-jitter-12/resnet_256_p65", "pareto"),  # 130.9 ms (0.392)
+    (TRACES / "h100-jitter-12/gpt_16_p80", "pareto"),  # 162.5 ms (0.407)
+    (TRACES / "h100-jitter-12/resnet_512_p130", "pareto"),  # 252.6 ms (0.293)
+    (TRACES / "h100-jitter-12/gpt_32_p160", "pareto"),  # 311.8 ms (0.312)
+    (TRACES / "h100-jitter-12/resnet_384_p100", "pareto"),  # 197.4 ms (0.445)
 )
 
 

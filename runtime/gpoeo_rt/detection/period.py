@@ -190,6 +190,10 @@ class DetectorConfig:
     # vary from one iteration to the next independently (the wander of segment lengths, as for counts: tuning
     # jobs <= 0.49, aliases mostly 0.5-0.9), and by more than near-periodic jobs do (which fold or count).
     template_min_depth: float = 1.4
+    # ... or a drop well below the compute power in units of the template's misfit over the bursts: long stalls
+    # inflate the samples' std (+-50% heavy-tailed jobs: depth 0.9-1.5, this 4-14), where an alias's template
+    # fits its made-up bursts loosely (the 100 wandering 22-40 ms jobs: at most 5.4; docs/jitter.md session 17).
+    template_min_contrast: float = 6.0
     template_max_wander: float = 0.55
     template_min_spread: float = 0.12
     # Segments alternating long / short are a longer iteration split in two (a 500 ms pulse job segments at
@@ -1418,6 +1422,7 @@ class _Segmentation:
     wander: float = 0.0  # std of 8-segment means / std of single segments (independent stalls: ~0.35)
     lag1: float = 0.0  # correlation of consecutive segment lengths (independent stalls: ~0)
     depth: float = 0.0  # (mean of the template - stall level) / std of the samples
+    contrast: float = 0.0  # (mean of the template - stall level) / rms misfit of the template over the bursts
     stall_share: float = 0.0  # share of the samples in stalls (after the template)
     stall_noise: float = 0.0  # mean squared deviation of stall samples from the stall level / variance
     alternation: float = 0.0  # segment lengths by position modulo _SPLIT_PARTS: the larger F statistic of means
@@ -1576,6 +1581,7 @@ def _segment_from(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) 
         wander=_wander(lengths),
         lag1=float(np.corrcoef(lengths[:-1], lengths[1:])[0, 1]) if len(lengths) >= 8 and lengths.std() > 0 else 0.0,
         depth=(float(model[0].mean()) - model[1]) / float(y.std()) if model is not None else 0.0,
+        contrast=_contrast(y, dt, starts, compute_s, model, cfg.template_grid_s) if model is not None else 0.0,
         stall_share=float(np.clip(1.0 - compute_s / lengths.mean(), 0.0, 1.0)),
         stall_noise=_stall_noise(y, dt, starts, compute_s, model[1]) if model is not None else math.inf,
         alternation=max(_alternation(lengths, k) for k in _SPLIT_PARTS),
@@ -1607,6 +1613,20 @@ def _stall_samples(
     stalled = np.zeros(n, dtype=bool)
     stalled[inside] = t[inside] - starts[j[inside]] >= compute_s - 1e-9  # a tie (both on the 4 ms grid) is a stall
     return j, stalled
+
+
+def _contrast(
+    y: FloatArray, dt: float, starts: FloatArray, compute_s: float, model: tuple[FloatArray, float], grid_s: float
+) -> float:
+    """How far the stall level lies below the template's mean, in rms misfits of the template over the bursts."""
+    segment, stalled = _stall_samples(len(y), dt, starts, compute_s)
+    burst = (segment >= 0) & ~stalled
+    if burst.sum() < 8:
+        return 0.0
+    g, level = model
+    tau = np.arange(len(y))[burst] * dt - starts[segment[burst]]
+    misfit = float(np.sqrt(np.mean((y[burst] - g[np.minimum((tau / grid_s).astype(int), len(g) - 1)]) ** 2)))
+    return (float(g.mean()) - level) / misfit if misfit > 0 else math.inf
 
 
 def _stall_noise(y: FloatArray, dt: float, starts: FloatArray, compute_s: float, level: float) -> float:
@@ -1665,7 +1685,7 @@ def _segment_count(
     trusted = (
         best.r2 >= cfg.template_min_r2
         and len(support) >= 2
-        and best.depth >= cfg.template_min_depth
+        and (best.depth >= cfg.template_min_depth or best.contrast >= cfg.template_min_contrast)
         and best.wander <= cfg.template_max_wander
         and best.spread >= cfg.template_min_spread
         and (best.hidden < 2 or best.hidden <= cfg.template_max_hidden * best.cycles)
