@@ -189,6 +189,19 @@ def test_a_biased_count_is_checked_by_a_template_segmentation(
     assert o.conclusion == "baseline" and abs(o.window_error or 1.0) <= 0.03, o.events
 
 
+def test_two_windows_of_segmented_iterations_are_not_refined_by_a_weak_fold_over_both(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """+-50% heavy-tailed 108 ms iterations: two windows segment within 0.2% of their means and pair; over both, the
+    search narrowed to +-10% of them folds (r2 0.19) the typical iteration, 5.7% short of the mean. The pair's own
+    kind of evidence refines it, or their average stands."""
+    spec = JitterSpec(TRACES.parent / "h200-jitter/resnet_512", 0, 0.108, 0.5, "heavy", duration_s=80.0, seed=13)
+    make_jittered_trace(spec, tmp_path / "job")
+    outcome = profile_replay(tmp_path / "job", 1001.0 + 7.3, predictor)
+    assert outcome.conclusion == "baseline", outcome.events
+    assert abs(outcome.window_error or 1.0) <= 0.02, (outcome.events, outcome.window_error)
+
+
 def test_holding_a_jittery_job_declares_no_phase_change(tmp_path: Path, predictor: Predictor) -> None:
     spec = JitterSpec(TRACES.parent / "h200-live" / "resnet_512", 0, 0.1, 0.1, seed=2)
     make_jittered_trace(spec, tmp_path / "job")
