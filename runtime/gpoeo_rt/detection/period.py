@@ -1455,6 +1455,12 @@ def _initial_boundaries(y: FloatArray, dt: float, period: float) -> FloatArray:
     return np.asarray(np.interp(anchor + 2.0 * math.pi * k, mono, np.arange(n) * dt), dtype=np.float64)
 
 
+def _template_cell(tau: FloatArray, grid_s: float, cells: int) -> npt.NDArray[np.intp]:
+    """The cell of a template of `cells` grid_s cells that each offset `tau` into a burst falls in (the last
+    cell takes any offset past the template's end)."""
+    return np.minimum((tau / grid_s).astype(np.intp), cells - 1)
+
+
 def _template(
     y: FloatArray, dt: float, starts: FloatArray, compute_s: float, grid_s: float
 ) -> tuple[FloatArray, float] | None:
@@ -1468,7 +1474,7 @@ def _template(
     if burst.sum() < 8 or (~burst).sum() < 1:
         return None
     cells = math.ceil(compute_s / grid_s)
-    k = np.minimum((tau[burst] / grid_s).astype(int), cells - 1)
+    k = _template_cell(tau[burst], grid_s, cells)
     counts = np.bincount(k, minlength=cells)
     sums = np.bincount(k, weights=v[burst], minlength=cells)
     x = np.arange(cells)
@@ -1501,7 +1507,7 @@ def _best_segmentation(
     valid = k < n
     kc = np.minimum(k, n - 1)
     tau = kc * dt - grid[:, None]
-    pred = np.where(tau < compute_s, g[np.minimum((tau / h).astype(int), len(g) - 1)], level)
+    pred = np.where(tau < compute_s, g[_template_cell(tau, h, len(g))], level)
     resid = np.where(valid, (y[kc] - pred) ** 2, 0.0)
     cum = np.concatenate([np.zeros((len(grid), 1)), np.cumsum(resid, axis=1)], axis=1)
     steps = np.arange(max(1, round(dmin / h)), round(dmax / h) + 1)
@@ -1625,7 +1631,7 @@ def _contrast(
         return 0.0
     g, level = model
     tau = np.arange(len(y))[burst] * dt - starts[segment[burst]]
-    misfit = float(np.sqrt(np.mean((y[burst] - g[np.minimum((tau / grid_s).astype(int), len(g) - 1)]) ** 2)))
+    misfit = float(np.sqrt(np.mean((y[burst] - g[_template_cell(tau, grid_s, len(g))]) ** 2)))
     return (float(g.mean()) - level) / misfit if misfit > 0 else math.inf
 
 
