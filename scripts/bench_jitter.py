@@ -24,10 +24,10 @@ a sixth, "held-out-4", before the seventh session's rules (HELD_OUT_4), a sevent
 last of them, an eighth, "held-out-6", before the eighth session's rules, a ninth, "held-out-7", before the
 ninth's, a tenth, "held-out-8", before the tenth's, an eleventh, "held-out-9", before its second rule, and a
 twelfth, "held-out-10", before the eleventh session's first rule, a thirteenth, "held-out-11", before the
-twelfth session's, a fourteenth, "held-out-12", before the thirteenth session's, and a fifteenth, "held-out-13",
-before the fourteenth session's.
+twelfth session's, a fourteenth, "held-out-12", before the thirteenth session's, a fifteenth, "held-out-13",
+before the fourteenth session's, and a sixteenth, "held-out-14", before the fifteenth session's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..13|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..14|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -111,6 +111,9 @@ HELD_OUT_12_PERIODS = (0.072, 0.102, 0.142, 0.188, 0.255, 0.355, 0.465)
 # A thirteenth, fixed (2026-12-06, fourteenth session) before any rule of that session, once held-out-12's summary
 # and one of its rows had been read: the same recordings, periods no set uses, seed 13.
 HELD_OUT_13_PERIODS = (0.078, 0.108, 0.148, 0.205, 0.245, 0.375, 0.495)
+# A fourteenth, fixed (2026-12-06, fifteenth session) before any rule of that session, once held-out-13's rows had
+# been read while its rules were made: the same recordings, periods no set uses, seed 14.
+HELD_OUT_14_PERIODS = (0.052, 0.083, 0.112, 0.158, 0.235, 0.315, 0.425)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -126,6 +129,7 @@ HELD_OUT_SETS = {
     "held-out-11": (HELD_OUT_4, HELD_OUT_11_PERIODS, 11),
     "held-out-12": (HELD_OUT_4, HELD_OUT_12_PERIODS, 12),
     "held-out-13": (HELD_OUT_4, HELD_OUT_13_PERIODS, 13),
+    "held-out-14": (HELD_OUT_4, HELD_OUT_14_PERIODS, 14),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
