@@ -352,3 +352,16 @@ def test_a_window_without_a_period_then_a_fold_pair_where_the_count_over_both_co
     o = profile_replay(tmp_path / "job", start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["no_period", "baseline"], o.events
     assert o.concluded_s - start <= 10.0 and o.window_error is not None and abs(o.window_error) < 0.01
+
+
+def test_a_longer_window_continues_the_one_too_short_for_the_period(tmp_path: Path, predictor: Predictor) -> None:
+    """A steady 205 ms transformer whose weak waveform folds in no 3 s window: the longer window the controller
+    asks for continues the first, and the two are analysed as one (9 s, 44 iterations), whose fold a second
+    window as long confirms: a baseline 18 s in (before: 3 s and 6 s windows failed alone, then a 12 s window
+    and a second, 33 s in)."""
+    spec = JitterSpec(TRACES.parent / "h200-live" / "gpt_64", 0, 0.205, 0.0, seed=13)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 7.3
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
+    assert o.concluded_s - start <= 18.5 and o.window_error is not None and abs(o.window_error) < 0.01

@@ -14,7 +14,9 @@ iterations, no multiple of its period fits as well, no alternating segments) is 
 a run whose windows' candidates paired with none (`_run_alone`).
 A profiling window that the detector wants longer, to tell a wandering period from an alias, is not counted among
 the three failures: the next window is as long as it asks (see `_step_profiling`). One whose power ends at the idle
-level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure.
+level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure. A window without a period
+that continues windows without one is analysed once more together with them, as one window (a weak waveform that
+no 3 s or 6 s window folds folds over all 9 s); a period found so is that one window's.
 
 Measurements: the period (time per iteration) comes from the training loop's step markers when it sends them
 (enough of them in the window: `_estimate`), else from the power samples (detection layer); a phase keeps the source
@@ -573,6 +575,8 @@ class Controller:
         self._prof_run: list[PowerWindow] = []
         # The last window without a period and its estimate: `_none_then_fold` pairs it with a fold right after it.
         self._prof_failed: tuple[PowerWindow, PeriodEstimate] | None = None
+        # A window too short for the period it hints at: the next window continues it, and both are one window.
+        self._prof_extend: PowerWindow | None = None
 
     def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
         self._set_clocks(None)
@@ -587,9 +591,23 @@ class Controller:
         # windows are then analysed over samples that touch, on a real GPU (a pause to analyse) as in a replay.
         last = self._prof_run[-1] if self._prof_run else self._prof_prev[1] if self._prof_prev else None
         window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last else 0.0)
+        est = self._estimate([window], stands_alone=True)
+        # Everything since the first window without a period, while the windows touch (each continues the last).
+        span, joined = window, False
+        if (short := self._prof_extend) is not None:
+            self._prof_extend = None
+            if _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
+                span = merge_windows([short, window])
+            if span is not window and not (est.ok and est.period_s is not None):
+                # No period in this window alone: with the windows without one that it continues, as one (a weak
+                # waveform folds over 9 s, not over 3 s or 6 s). It replaces the windows in it.
+                joint = self._estimate([span], stands_alone=True)
+                if joint.ok and joint.period_s is not None:
+                    window, est, joined = span, joint, True
+                    self._prof_failed = None
+                    self._prof_run = [w for w in self._prof_run if w.end_s <= span.start_s + 1e-9]
         if self._prof_run and not _touches(self._prof_run[-1], window):
             self._prof_run = []  # a pause too long for the driver's buffer: the samples no longer touch
-        est = self._estimate([window], stands_alone=True)
         m = self._reduce(window, est)
         info = {"window_s": m.window_s, "period_s": m.period_s, "power_w": m.power_w, "timing": m.timing}
         # Idle whatever the detector says: an idle H200's buffered power carries a 10 Hz artefact that folds.
@@ -636,12 +654,13 @@ class Controller:
                 return found
             self._prof_prev = (m, window)
             self._prof_counters = [counters]
-            lengthened = self._prof_window_s > cfg.first_window_s  # an earlier window was too short: keep its length
+            length_s = window.duration_s if joined else self._prof_window_s
+            lengthened = length_s > cfg.first_window_s  # an earlier window was too short: keep this one's length
             # Counted (jittery) iterations need as many in the next window as this one held to be counted again.
             lengthened |= est.method != "fold"
-            keep = self._prof_window_s
+            keep = length_s
             if est.method != "fold":
-                keep = self._counted_second_window(self._prof_window_s, est.period_s)
+                keep = self._counted_second_window(length_s, est.period_s)
             self._prof_window_s = max(keep if lengthened else 0.0, self._window_for(est.period_s))
             return self._decide(
                 "period_candidate",
@@ -668,6 +687,7 @@ class Controller:
             and self._prof_window_s < min(suggested, cfg.max_window_s)
         )
         if wanders and suggested is not None:
+            self._prof_extend = span
             self._prof_window_s = min(cfg.max_window_s, suggested)
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         self._prof_failures += 1
@@ -675,9 +695,11 @@ class Controller:
             return self._enter_fallback(f"{est.verdict.value}: {est.message}", info)
         if est.verdict is Verdict.INSUFFICIENT_DATA and self._prof_window_s < cfg.max_window_s:
             suggested = suggested or 2.0 * self._prof_window_s
+            self._prof_extend = span
             self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         if self._prof_window_s < cfg.max_window_s:
+            self._prof_extend = span
             self._prof_window_s = min(cfg.max_window_s, 2.0 * self._prof_window_s)
             return self._decide(
                 "no_period",
