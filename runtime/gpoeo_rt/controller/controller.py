@@ -16,7 +16,7 @@ A profiling window that the detector wants longer, to tell a wandering period fr
 the three failures: the next window is as long as it asks (see `_step_profiling`). One whose power ends at the idle
 level (the job ended or paused inside it: `idle_tail_s`) gives no period and is a failure. A window without a period
 that continues windows without one is analysed once more together with them, as one window (a weak waveform that
-no 3 s or 6 s window folds folds over all 9 s); a period found so is that one window's.
+neither a 3 s nor a 6 s window folds can fold over their 9 s); a period found so is that one window's.
 
 Measurements: the period (time per iteration) comes from the training loop's step markers when it sends them
 (enough of them in the window: `_estimate`), else from the power samples (detection layer); a phase keeps the source
@@ -575,7 +575,8 @@ class Controller:
         self._prof_run: list[PowerWindow] = []
         # The last window without a period and its estimate: `_none_then_fold` pairs it with a fold right after it.
         self._prof_failed: tuple[PowerWindow, PeriodEstimate] | None = None
-        # A window too short for the period it hints at: the next window continues it, and both are one window.
+        # The windows without a period since the last that had one (as one): the next window, if it finds none
+        # alone, is analysed together with them.
         self._prof_extend: PowerWindow | None = None
 
     def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
