@@ -595,6 +595,7 @@ class Controller:
         est = self._estimate([window], stands_alone=True)
         # Everything since the first window without a period, while the windows touch (each continues the last).
         span, joined = window, False
+        joint: PeriodEstimate | None = None  # the span's estimate, where it was analysed as one
         if (short := self._prof_extend) is not None:
             self._prof_extend = None
             if _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
@@ -606,7 +607,7 @@ class Controller:
                 if joint.ok and joint.period_s is not None:
                     window, est, joined = span, joint, True
                     self._prof_failed = None
-                    self._prof_run = [w for w in self._prof_run if w.end_s <= span.start_s + 1e-9]
+                    self._prof_run = [w for w in self._prof_run if w.start_s < span.start_s]
         if self._prof_run and not _touches(self._prof_run[-1], window):
             self._prof_run = []  # a pause too long for the driver's buffer: the samples no longer touch
         m = self._reduce(window, est)
@@ -675,7 +676,8 @@ class Controller:
         self._prof_prev = None
         self._prof_failed = (window, est)
         self._prof_run.append(window)
-        if len(self._prof_run) > 1 and (found := self._run_candidate(info)) is not None:
+        analysed = (span, joint) if joint is not None else None
+        if len(self._prof_run) > 1 and (found := self._run_candidate(info, analysed)) is not None:
             return found
         suggested = est.suggested_window_s
         # A period that wanders, in a window too short to tell it from an alias: the detector says how long a
@@ -772,10 +774,14 @@ class Controller:
         gpt_32-resnet_1024: a window of the ResNet's warm-up and first 9 s stood alone 7.2% long)."""
         return level_shift(window.t_s, window.power_w) <= self.config.level_tolerance
 
-    def _merged_run(self) -> tuple[PowerWindow, PeriodEstimate]:
+    def _merged_run(
+        self, analysed: tuple[PowerWindow, PeriodEstimate] | None = None
+    ) -> tuple[PowerWindow, PeriodEstimate]:
         """The windows of the run (consecutive, at reference, since the last reset; none paired) as one window, and
-        its estimate."""
+        its estimate: `analysed`'s, where that window already spans the same samples (the continued windows)."""
         merged = merge_windows(self._prof_run)
+        if analysed is not None and (analysed[0].start_s, analysed[0].end_s) == (merged.start_s, merged.end_s):
+            return merged, analysed[1]
         return merged, self._estimate([merged], stands_alone=True)
 
     def _run_alone(self, merged: PowerWindow, est: PeriodEstimate, info: dict[str, Any]) -> Decision | None:
@@ -787,12 +793,14 @@ class Controller:
         self._prof_run = []
         return self._on_baseline([(self._reduce(merged, est), merged)], [dict(merged.counters.features)], info)
 
-    def _run_candidate(self, info: dict[str, Any]) -> Decision | None:
+    def _run_candidate(
+        self, info: dict[str, Any], analysed: tuple[PowerWindow, PeriodEstimate] | None = None
+    ) -> Decision | None:
         """The windows of the run analysed as one: a jittery job whose iterations a 3 s and a 6 s window each hold
         too few of can be counted over both (9 s) without waiting for a longer third. A run that stands alone is
         the baseline; a period counted is a candidate like a window's (it replaces the last), and needs a second
         window, as long, that agrees."""
-        merged, est = self._merged_run()
+        merged, est = self._merged_run(analysed)
         if (found := self._run_alone(merged, est, info)) is not None:
             return found
         # Only counted iterations: a fold needs no more than one window, and over windows that folded apart it
