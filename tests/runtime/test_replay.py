@@ -50,6 +50,7 @@ JITTER_H100_9 = TRACES / "h100-jitter-9"  # a twelfth, on an H100: +-5% long job
 JITTER_H100_10 = TRACES / "h100-jitter-10"  # a thirteenth, on an H100: short and heavy-tailed jobs
 JITTER_H100_11 = TRACES / "h100-jitter-11"  # a fourteenth, on an H100: to check a session's rule
 JITTER_H100_12 = TRACES / "h100-jitter-12"  # a fifteenth, on an H100: stalls as long as the compute
+JITTER_H100_13 = TRACES / "h100-jitter-13"  # a sixteenth, on an H100: mild jitter, one job under 44 ms
 REAL_ROOTS = (
     JITTER,
     JITTER_2,
@@ -66,6 +67,7 @@ REAL_ROOTS = (
     JITTER_H100_10,
     JITTER_H100_11,
     JITTER_H100_12,
+    JITTER_H100_13,
 )
 REAL_JITTERY = sorted(d for root in REAL_ROOTS for d in root.iterdir() if d.is_dir())
 MODELS = Path(__file__).resolve().parents[2] / "models"
