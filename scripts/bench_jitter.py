@@ -25,10 +25,10 @@ last of them, an eighth, "held-out-6", before the eighth session's rules, a nint
 ninth's, a tenth, "held-out-8", before the tenth's, an eleventh, "held-out-9", before its second rule, and a
 twelfth, "held-out-10", before the eleventh session's first rule, a thirteenth, "held-out-11", before the
 twelfth session's, a fourteenth, "held-out-12", before the thirteenth session's, a fifteenth, "held-out-13",
-before the fourteenth session's, a sixteenth, "held-out-14", before the fifteenth session's, and a seventeenth,
-"held-out-15", before the sixteenth session's.
+before the fourteenth session's, a sixteenth, "held-out-14", before the fifteenth session's, a seventeenth,
+"held-out-15", before the sixteenth session's, and an eighteenth, "held-out-16", before that session's second rule.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..15|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..16|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -118,6 +118,9 @@ HELD_OUT_14_PERIODS = (0.052, 0.083, 0.112, 0.158, 0.235, 0.315, 0.425)
 # A fifteenth, fixed (2026-12-06, sixteenth session) before any rule of that session, once held-out-14's summary had
 # been read: the same recordings, periods no set uses, seed 15.
 HELD_OUT_15_PERIODS = (0.057, 0.087, 0.128, 0.168, 0.228, 0.335, 0.475)
+# A sixteenth, fixed (2026-12-06, sixteenth session) once held-out-15's rows had been read, before the session's
+# second rule was settled: the same recordings, periods no set uses, seed 16.
+HELD_OUT_16_PERIODS = (0.053, 0.093, 0.133, 0.178, 0.238, 0.365, 0.445)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -135,6 +138,7 @@ HELD_OUT_SETS = {
     "held-out-13": (HELD_OUT_4, HELD_OUT_13_PERIODS, 13),
     "held-out-14": (HELD_OUT_4, HELD_OUT_14_PERIODS, 14),
     "held-out-15": (HELD_OUT_4, HELD_OUT_15_PERIODS, 15),
+    "held-out-16": (HELD_OUT_4, HELD_OUT_16_PERIODS, 16),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
