@@ -235,21 +235,6 @@ def test_real_jittery_jobs_never_get_a_wrong_baseline(folder: Path, predictor: P
         assert outcome.clock_writes == 0
 
 
-def test_a_fold_and_a_window_that_folds_only_with_it_are_one_phase(predictor: Predictor) -> None:
-    """A steady 215 ms transformer (real, h100-jitter-7/gpt_48) from 7.3 s after its first iteration: a 6 s window
-    folds at 215.0 ms; the next 6 s fails the sub-window test alone (its harmonic-rich waveform folds weakly), but
-    both windows folded as one agree with the candidate: a baseline 15 s in (before: a fallback 39 s in, after a
-    12 s candidate whose second window ran into the job's end)."""
-    folder = JITTER_H100_7 / "gpt_48"
-    iterations = read_iterations(folder)
-    assert iterations is not None
-    start = iterations.phases()[0].start_s + 7.3
-    outcome = profile_replay(folder, start, predictor)
-    assert [e.split(":")[0] for e in outcome.events] == ["no_period", "period_candidate", "baseline"], outcome.events
-    assert outcome.concluded_s is not None and outcome.concluded_s - start <= 15.5
-    assert outcome.window_error is not None and abs(outcome.window_error) < 0.01
-
-
 def test_a_window_that_runs_past_the_jobs_end_gives_no_baseline(predictor: Predictor) -> None:
     """gpt_32_0-80 from 5.9 s before its last iteration: a 3 s window, then a 3.45 s one that ends 0.55 s into the
     idle GPU. Counted, that window's idle tail was one more long iteration (187.6 ms where its iterations took

@@ -673,8 +673,6 @@ class Controller:
             )
         if (found := self._fold_then_count(m, window, info)) is not None:
             return found
-        if (found := self._fold_then_joint_fold(m, window, info)) is not None:
-            return found
         self._prof_prev = None
         self._prof_failed = (window, est)
         self._prof_run.append(window)
@@ -732,35 +730,6 @@ class Controller:
         as_count = _as_counted(est, counted, prev[0].estimate.confidence)
         both = [*self._prof_counters, dict(window.counters.features)]
         return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
-
-    def _fold_then_joint_fold(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
-        """A folded candidate, then a touching window without a period that does not count: a harmonic-rich
-        waveform folds weakly, and a window of it may fail the sub-window test where its period is the
-        candidate's. Both windows folded as one, within period_agreement of the candidate, pair them."""
-        prev, est = self._prof_prev, m.estimate
-        if (
-            prev is None
-            or prev[0].period_s is None
-            or prev[0].estimate.method != "fold"
-            or prev[0].timing != SIGNAL
-            or est.timing != SIGNAL
-            or est.verdict not in COUNTABLE_VERDICTS
-            or not _touches(prev[1], window)
-            or prev[1].duration_s + window.duration_s > self.config.max_window_s
-        ):
-            return None
-        both = merge_windows([prev[1], window])
-        joint = self._estimate([both], stands_alone=True)
-        if (
-            not joint.ok
-            or joint.period_s is None
-            or joint.method != "fold"
-            or abs(joint.period_s / prev[0].period_s - 1.0) > self.config.period_agreement
-            or not self._one_phase(both)
-        ):
-            return None
-        counters = [*self._prof_counters, dict(window.counters.features)]
-        return self._on_baseline([prev, (self._reduce(window, joint), window)], counters, info)
 
     def _none_then_fold(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
         """A window without a period, then a touching one that folds: `_fold_then_count` in the other order (a
