@@ -679,6 +679,9 @@ class Controller:
         analysed = (span, joint) if joint is not None else None
         if len(self._prof_run) > 1 and (found := self._run_candidate(info, analysed)) is not None:
             return found
+        # The next window, if it finds no period alone, is analysed with this span (a fallback re-profiles afresh;
+        # after a window of max_window_s the two are too long to join).
+        self._prof_extend = span
         suggested = est.suggested_window_s
         # A period that wanders, in a window too short to tell it from an alias: the detector says how long a
         # window can. Measuring that long is no failure yet (each such window is longer than the last, up to
@@ -690,7 +693,6 @@ class Controller:
             and self._prof_window_s < min(suggested, cfg.max_window_s)
         )
         if wanders and suggested is not None:
-            self._prof_extend = span
             self._prof_window_s = min(cfg.max_window_s, suggested)
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         self._prof_failures += 1
@@ -698,11 +700,9 @@ class Controller:
             return self._enter_fallback(f"{est.verdict.value}: {est.message}", info)
         if est.verdict is Verdict.INSUFFICIENT_DATA and self._prof_window_s < cfg.max_window_s:
             suggested = suggested or 2.0 * self._prof_window_s
-            self._prof_extend = span
             self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         if self._prof_window_s < cfg.max_window_s:
-            self._prof_extend = span
             self._prof_window_s = min(cfg.max_window_s, 2.0 * self._prof_window_s)
             return self._decide(
                 "no_period",
