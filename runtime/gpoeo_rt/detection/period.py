@@ -1526,6 +1526,9 @@ def _best_segmentation(
     padded = np.concatenate([np.full(pad, np.inf), best])
     sources = np.lib.stride_tricks.sliding_window_view(padded, len(steps))
     chunk = max(block, (1 << 16) // len(steps) // block * block)
+    # (The inner loop runs once per block, hundreds of times a window for short iterations: it keeps to a few
+    # method calls on preallocated buffers; the arithmetic, and so every result, is that of the plain form.)
+    cost_buf = np.empty((block, len(steps)))
     for c0 in range(block, m, chunk):
         ts_all = np.arange(c0, min(c0 + chunk, m))
         src_c = np.maximum(ts_all[:, None] - back_steps[None, :], 0)
@@ -1533,15 +1536,16 @@ def _best_segmentation(
         rows = np.arange(min(block, len(ts_all)))
         for a in range(0, len(ts_all), block):
             t0, b = c0 + a, min(block, len(ts_all) - a)
-            cost = sources[t0 : t0 + b] + seg[a : a + b] + penalty
-            r = rows[:b]
-            k = np.argmin(cost, axis=1)
-            cbest = cost[r, k]
-            better = cbest < padded[pad + t0 : pad + t0 + b]
+            cost = cost_buf[:b]
+            np.add(sources[t0 : t0 + b], seg[a : a + b], out=cost)
+            cost += penalty
+            k = cost.argmin(axis=1)
+            cbest = cost[rows[:b], k]
+            current = padded[pad + t0 : pad + t0 + b]  # a view: updated in place
+            better = cbest < current
             if better.any():
-                ts = np.flatnonzero(better) + t0
-                padded[ts + pad] = cbest[better]
-                back[ts] = ts - back_steps[k[better]]
+                current[better] = cbest[better]
+                back[t0 : t0 + b][better] = (t0 + rows[:b] - back_steps[k])[better]
     best = padded[pad:]
     tail = cum[np.arange(len(grid)), np.minimum(n - first, reach)]
     ends = np.flatnonzero(grid >= n * dt - dmax)
