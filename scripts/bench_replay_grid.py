@@ -55,10 +55,10 @@ def replay_folder(folder: Path, step_s: float) -> dict[str, object]:
         if err is None:  # a baseline with no iteration under its windows: as wrong as one can be
             wrong += 1
             continue
-        close += abs(err) <= CLOSE
-        wrong += abs(err) > WRONG
+        close += int(abs(err) <= CLOSE)
+        wrong += int(abs(err) > WRONG)
         if worst is None or abs(err) > abs(worst[0]):
-            worst = (err, start)
+            worst = (float(err), float(start))
     return {
         "recording": f"{folder.parent.name}/{folder.name}",
         "starts": len(starts),

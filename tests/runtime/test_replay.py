@@ -218,8 +218,8 @@ def test_no_replayed_start_ends_on_a_wrong_period(folder: Path, predictor: Predi
         assert outcome.clock_writes == 0
 
 
-# Starts of the real recordings replayed here: every 15 s of each phase (about 400 starts in all).
-# scripts/bench_replay_grid.py replays every 3 s (about 2,000), the grid the figure is reported on.
+# Starts of the real recordings replayed here: every 15 s of each phase (368 starts of 80 recordings).
+# scripts/bench_replay_grid.py replays every 3 s (1,449 of them, and the shared recordings), the figure.
 REAL_GRID_STEP_S = 15.0
 
 
