@@ -8,8 +8,9 @@ answer must be identical (the repr of each estimate), and both CPU figures are p
 this process (other processes on the machine only ever add to wall time, not to it).
 
 Then the target of a steady job (issue 8): detection of a 60 s window at 50 Hz in <= 5 ms of CPU, on every 60 s
-window (every 10 s) of the steady recordings, each the fastest of 15 runs (CPU of one detection, not of what
-else shares the core). Run it on an otherwise idle machine: two busy hyperthreads of one core slow each other.
+window (every 10 s) of the steady recording h200-jitter/resnet_512, each the fastest of 15 runs (CPU of one
+detection, not of what else shares the core). Run it on an otherwise idle machine: two busy hyperthreads of one
+core slow each other.
 
 Usage: python scripts/bench_detection_cpu.py [--against COMMIT] [--part windows|steady]
 """
@@ -39,7 +40,7 @@ TRACES = (
 )
 LENGTHS_S = (6.0, 12.0)
 STEP_S = 2.3
-STEADY = (HERE / "data/traces/h200-jitter/resnet_512", HERE / "data/traces/h100-jitter-7/gpt_64")
+STEADY = (HERE / "data/traces/h200-jitter/resnet_512",)  # the one steady recording with 60 s windows inside the job
 STEADY_WINDOW_S, STEADY_STEP_S, STEADY_TARGET_MS = 60.0, 10.0, 5.0
 
 

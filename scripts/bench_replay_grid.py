@@ -20,7 +20,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from gpoeo_rt.bench.replay import profile_replay, start_times
+from gpoeo_rt.bench.replay import replay_table
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
 from gpoeo_rt.tracefile import read_iterations
@@ -43,11 +43,10 @@ def replay_folder(folder: Path, step_s: float) -> dict[str, object]:
     """One recording's starts: how many, how many gave a baseline, how many of those were off by more than 2% and
     5%, and the worst error with the start it came from."""
     predictor = Predictor(select_bundle(MODELS, "NVIDIA H200").manifest)  # the daemon's choice on an H200
-    starts = start_times(folder, step_s=step_s)
+    outcomes = replay_table([folder], predictor, step_s=step_s)
     baselines = close = wrong = 0
     worst: tuple[float, float] | None = None  # (error, start)
-    for start in starts:
-        outcome = profile_replay(folder, start, predictor)
+    for outcome in outcomes:
         err = outcome.window_error
         if outcome.conclusion != "baseline":
             continue
@@ -58,10 +57,10 @@ def replay_folder(folder: Path, step_s: float) -> dict[str, object]:
         close += int(abs(err) <= CLOSE)
         wrong += int(abs(err) > WRONG)
         if worst is None or abs(err) > abs(worst[0]):
-            worst = (float(err), float(start))
+            worst = (float(err), float(outcome.start_s))
     return {
         "recording": f"{folder.parent.name}/{folder.name}",
-        "starts": len(starts),
+        "starts": len(outcomes),
         "baselines": baselines,
         "within_2pct": close,
         "off_gt_5pct": wrong,
