@@ -1503,18 +1503,23 @@ def _best_segmentation(
     first = np.minimum(np.ceil(grid / dt - 1e-9).astype(int), n)
     dmin, dmax = bounds
     reach = math.ceil(dmax / dt) + 2
+    m = len(grid)
     k = first[:, None] + np.arange(reach)[None, :]
-    valid = k < n
     kc = np.minimum(k, n - 1)
     tau = kc * dt - grid[:, None]
-    pred = np.where(tau < compute_s, g[_template_cell(tau, h, len(g))], level)
-    resid = np.where(valid, (y[kc] - pred) ** 2, 0.0)
-    cum = np.concatenate([np.zeros((len(grid), 1)), np.cumsum(resid, axis=1)], axis=1)
+    # The template's cells, then the stall level as one more cell.
+    cell = _template_cell(tau, h, len(g))
+    cell[tau >= compute_s] = len(g)
+    resid = (y[kc] - np.append(g, level)[cell]) ** 2
+    resid[k >= n] = 0.0
+    width = reach + 1
+    cum = np.empty((m, width))
+    cum[:, 0] = 0.0
+    np.cumsum(resid, axis=1, out=cum[:, 1:])
+    cum_flat = cum.ravel()
     steps = np.arange(max(1, round(dmin / h)), round(dmax / h) + 1)
     lead = np.concatenate([[0.0], np.cumsum((y - y.mean()) ** 2)])
-    m = len(grid)
     best = np.where(grid <= dmax, lead[first], np.inf)
-    back = np.full(m, -1)
     # Pulled, not pushed: each start takes the cheapest earlier start (the earliest of equals) that beats its
     # own lead-in cost. A start's sources lie at least dmin earlier, so a block of that many is settled at once.
     # best is padded with dmax / h infinities in front (a source before the first start is one): the sources'
@@ -1527,27 +1532,29 @@ def _best_segmentation(
     sources = np.lib.stride_tricks.sliding_window_view(padded, len(steps))
     chunk = max(block, (1 << 16) // len(steps) // block * block)
     # (The inner loop runs once per block, hundreds of times a window for short iterations: it keeps to a few
-    # method calls on preallocated buffers; the arithmetic, and so every result, is that of the plain form.)
-    cost_buf = np.empty((block, len(steps)))
+    # method calls on preallocated buffers, the lead-in cost as column 0 so that one argmin both picks the source
+    # and keeps the lead-in on ties; the arithmetic, and so every result, is that of the plain form.)
+    choice = np.zeros(m, dtype=np.intp)  # 0: the lead-in; i > 0: the source back_steps[i - 1] earlier
+    cost_buf = np.empty((block, len(steps) + 1))
+    rows = np.arange(block)
     for c0 in range(block, m, chunk):
         ts_all = np.arange(c0, min(c0 + chunk, m))
         src_c = np.maximum(ts_all[:, None] - back_steps[None, :], 0)
-        seg = cum[src_c, np.minimum(first[ts_all][:, None] - first[src_c], reach)]
-        rows = np.arange(min(block, len(ts_all)))
+        seg = cum_flat[src_c * width + np.minimum(first[ts_all][:, None] - first[src_c], reach)]
         for a in range(0, len(ts_all), block):
             t0, b = c0 + a, min(block, len(ts_all) - a)
             cost = cost_buf[:b]
-            np.add(sources[t0 : t0 + b], seg[a : a + b], out=cost)
-            cost += penalty
-            k = cost.argmin(axis=1)
-            cbest = cost[rows[:b], k]
+            np.add(sources[t0 : t0 + b], seg[a : a + b], out=cost[:, 1:])
+            cost[:, 1:] += penalty
             current = padded[pad + t0 : pad + t0 + b]  # a view: updated in place
-            better = cbest < current
-            if better.any():
-                current[better] = cbest[better]
-                back[t0 : t0 + b][better] = (t0 + rows[:b] - back_steps[k])[better]
+            cost[:, 0] = current
+            pick = cost.argmin(axis=1)
+            current[:] = cost[rows[:b], pick]
+            choice[t0 : t0 + b] = pick
+    t_all = np.arange(m)
+    back = np.where(choice > 0, t_all - np.concatenate(([0], back_steps))[choice], -1)
     best = padded[pad:]
-    tail = cum[np.arange(len(grid)), np.minimum(n - first, reach)]
+    tail = cum[t_all, np.minimum(n - first, reach)]
     ends = np.flatnonzero(grid >= n * dt - dmax)
     total = best[ends] + tail[ends]
     j = int(ends[np.argmin(total)])
