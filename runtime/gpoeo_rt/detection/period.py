@@ -40,6 +40,7 @@ Periods below `nyquist_guard * 2 * dt` (44 ms at 50 Hz, 220 ms for 10 Hz polled 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field, replace
@@ -408,6 +409,22 @@ def _collapse_stairs(t: FloatArray, v: FloatArray) -> tuple[FloatArray, FloatArr
 # Numerical core
 
 
+@functools.lru_cache(maxsize=64)
+def _linspace(start: float, stop: float, num: int) -> FloatArray:
+    """np.linspace, cached and read-only (the same few grids are asked for hundreds of times a window)."""
+    out = np.linspace(start, stop, num)
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _hanning(n: int) -> FloatArray:
+    """np.hanning, cached and read-only."""
+    out = np.hanning(n)
+    out.flags.writeable = False
+    return out
+
+
 def _detrend(x: FloatArray, degree: int) -> FloatArray:
     """Remove a least-squares polynomial trend (normal equations on a [-1, 1] time axis: well conditioned for
     the low degrees used here, and much cheaper than an SVD)."""
@@ -417,7 +434,7 @@ def _detrend(x: FloatArray, degree: int) -> FloatArray:
     if degree == 1:
         u = np.arange(n) - 0.5 * (n - 1)
         return np.asarray(x - x.mean() - u * (float(u @ x) / float(u @ u)), dtype=np.float64)
-    vander = np.vander(np.linspace(-1.0, 1.0, n), degree + 1)
+    vander = np.vander(_linspace(-1.0, 1.0, n), degree + 1)
     coef = np.linalg.solve(vander.T @ vander, vander.T @ x)
     return np.asarray(x - vander @ coef, dtype=np.float64)
 
@@ -461,7 +478,7 @@ class _Spectrum:
         n = len(y)
         # Without the taper (a sub-window holding many cycles), the main lobe is half as wide: better resolution
         # against a stray line next to a harmonic, at the price of leakage that only matters with few cycles.
-        taper = np.hanning(n + 2)[1:-1] if hann else np.ones(n)  # no zero end points: every sample counts
+        taper = _hanning(n + 2)[1:-1] if hann else np.ones(n)  # no zero end points: every sample counts
         yc = y - y.mean()
         nfft = 1 << math.ceil(math.log2(pad * max(n, 2)))
         # A sinusoid of amplitude A gives |X| = A * sum(taper) / 2 at its frequency: its variance A^2 / 2 is
@@ -550,13 +567,13 @@ def _refine(
     """Best-scoring period near `period`: a grid, a finer grid around its best point, then the vertex of the
     parabola through the best three points of that one (its score is not re-evaluated: the best grid score is
     returned). With `weights` the score is the weighted harmonic sum (see _Spectrum.r2)."""
-    offsets = np.linspace(-rel_range, rel_range, n_grid)
+    offsets = _linspace(-rel_range, rel_range, n_grid)
     grid = period * (1.0 + offsets)
     r2 = spec.r2(grid, weights=weights)
     best_p = float(grid[int(np.argmax(r2))])
     # Second, finer grid one coarse step either side.
     step = 2.0 * rel_range / (n_grid - 1)
-    grid = best_p * (1.0 + np.linspace(-step, step, 9))
+    grid = best_p * (1.0 + _linspace(-step, step, 9))
     r2 = spec.r2(grid, weights=weights)
     i = int(np.argmax(r2))
     best_p, best_r = float(grid[i]), float(r2[i])
@@ -574,7 +591,7 @@ def _spectral_candidates(
     """Candidate periods: the strongest spectral peaks in band, each also divided by 2..max_harmonic."""
     n = len(y)
     nfft = 1 << math.ceil(math.log2(2 * n))  # peaks are refined later: 2x padding and a parabola suffice here
-    power = np.abs(np.fft.rfft(y * np.hanning(n), nfft)) ** 2
+    power = np.abs(np.fft.rfft(y * _hanning(n), nfft)) ** 2
     freqs = np.fft.rfftfreq(nfft, dt)
     # Harmonics of a fundamental in band may lie up to Nyquist, so peaks are looked for up to there.
     lo = max(1, math.floor(f_lo / freqs[1]))
@@ -1230,7 +1247,7 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
     if not (math.isfinite(t_lo) and t_hi > t_lo):
         return failed
     nfft = 1 << math.ceil(math.log2(4 * n))
-    power = np.abs(np.fft.rfft(y * np.hanning(n), nfft)) ** 2
+    power = np.abs(np.fft.rfft(y * _hanning(n), nfft)) ** 2
     freqs = np.fft.rfftfreq(nfft, dt)
     centers = np.geomspace(1.0 / t_hi, 1.0 / t_lo, 160)
     in_reach = freqs <= (1.0 + 2.0 * cfg.count_band) / t_lo  # the bands' weights vanish beyond
