@@ -9,12 +9,15 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import gpoeo_rt.bench.replay
 from gpoeo_rt.bench.replay import (
     RESOLVABLE_S,
     _window_mean,
@@ -373,52 +376,74 @@ def test_replayed_two_phase_trace_gives_the_gpt_period_then_no_period_for_the_ml
     assert all(a.end_s == pytest.approx(b.start_s) for a, b in itertools.pairwise(phases))
 
 
-@pytest.mark.parametrize("folder", REAL_JITTERY, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_an_idle_gpu_never_yields_a_baseline(folder: Path, predictor: Predictor) -> None:
-    """Each recording opens on an idle GPU (H200 or H100: 78-79 W, SM 345 MHz) whose buffered power may carry a
-    10 Hz artefact that folds as a 100 ms period (the H200's does): the first profiling window took it as a
-    baseline on three of these traces, because the idle check ran only on windows without a period."""
-    iterations = read_iterations(folder)
-    assert iterations is not None
-    first_iteration = iterations.phases()[0].start_s
-    phases = replay_phases(folder, predictor)
-    assert phases[0].conclusion == "idle", phases[0]
-    for ph in phases:
-        if ph.period_s is not None:
-            assert ph.concluded_s is not None and ph.concluded_s > first_iteration, ph
-            assert ph.power_w is not None and ph.power_w > 150.0, ph
-
-
-def _daemon_conclusions(folder: Path, predictor: Predictor) -> list[tuple[str, float | None]]:
-    """The decision log of the advise-mode controller run directly on the replay, reduced to its conclusions."""
-    gpu = ReplayGPU(folder)
-    log: list[dict[str, object]] = []
-    controller = Controller(gpu, predictor=predictor, config=ControllerConfig(advise=True), log=log.append)
-    with pytest.raises(ReplayEndedError):
-        for _ in range(100_000):
-            controller.step()
-    wanted = {"baseline", "known_phase", "fallback_reference"}
-    return [
-        (str(d["event"]), d["period_s"])  # type: ignore[misc]
-        for d in log
-        if d["event"] in wanted
-    ]
-
-
 ALL_TRACES = sorted(d for root in (SHARED, LIVE, *REAL_ROOTS) for d in root.iterdir() if d.is_dir())
 
 
-@pytest.mark.parametrize("folder", ALL_TRACES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_trace_detect_prints_what_the_daemon_concludes(folder: Path, predictor: Predictor) -> None:
-    """`gpoeo-rt trace detect --json` and the controller's own decision log agree on every conclusion."""
-    result = CliRunner().invoke(app, ["trace", "detect", str(folder), "--json", "--bundles", str(MODELS)])
+@dataclass(frozen=True)
+class Detected:
+    """What `gpoeo-rt trace detect --json` printed for one recording, and the controller it stepped to know it."""
+
+    folder: Path
+    phases: list[dict[str, Any]]  # as printed
+    log: list[dict[str, Any]]  # that controller's decision log
+    config: ControllerConfig | None  # what it was built with
+    bundle: Path  # the model bundle it was given
+
+
+@pytest.fixture(scope="module")
+def detected(request: pytest.FixtureRequest) -> Detected:
+    """`gpoeo-rt trace detect --json` on the recording request.param, with the decision log of the controller it
+    stepped. A whole replay takes seconds: pytest runs the tests of one recording together (a module fixture with
+    a parameter), so one replay serves them all."""
+    folder: Path = request.param
+    log: list[dict[str, Any]] = []
+    built: list[dict[str, Any]] = []
+
+    class LoggingController(Controller):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(kwargs)
+            super().__init__(*args, **kwargs, log=log.append)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gpoeo_rt.bench.replay, "Controller", LoggingController)
+        result = CliRunner().invoke(app, ["trace", "detect", str(folder), "--json", "--bundles", str(MODELS)])
     assert result.exit_code == 0, result.output
-    printed = [ph for ph in json.loads(result.stdout)["phases"] if ph["conclusion"] != "idle"]
-    concluded = _daemon_conclusions(folder, predictor)
+    assert len(built) == 1, built
+    phases = json.loads(result.stdout)["phases"]
+    return Detected(folder, phases, log, built[0].get("config"), built[0]["predictor"].manifest.path)
+
+
+def _trace_id(folder: Path) -> str:
+    return f"{folder.parent.name}/{folder.name}"
+
+
+@pytest.mark.parametrize("detected", REAL_JITTERY, ids=_trace_id, indirect=True)
+def test_an_idle_gpu_never_yields_a_baseline(detected: Detected) -> None:
+    """Each recording opens on an idle GPU (H200 or H100: 78-79 W, SM 345 MHz) whose buffered power may carry a
+    10 Hz artefact that folds as a 100 ms period (the H200's does): the first profiling window took it as a
+    baseline on three of these traces, because the idle check ran only on windows without a period."""
+    iterations = read_iterations(detected.folder)
+    assert iterations is not None
+    first_iteration = iterations.phases()[0].start_s
+    phases = detected.phases
+    assert phases[0]["conclusion"] == "idle", phases[0]
+    for ph in phases:
+        if ph["period_s"] is not None:
+            assert ph["concluded_s"] is not None and ph["concluded_s"] > first_iteration, ph
+            assert ph["power_w"] is not None and ph["power_w"] > 150.0, ph
+
+
+@pytest.mark.parametrize("detected", ALL_TRACES, ids=_trace_id, indirect=True)
+def test_trace_detect_prints_what_the_daemon_concludes(detected: Detected, predictor: Predictor) -> None:
+    """`gpoeo-rt trace detect --json` prints every conclusion of the controller it stepped, in its decision log;
+    and that controller is the daemon's on an H200 in advise mode (the daemon's config, the bundle it picks)."""
+    assert detected.config == ControllerConfig(advise=True)
+    assert detected.bundle == predictor.manifest.path
     names = {"baseline": "baseline", "known_phase": "known_phase", "fallback_reference": "fallback"}
+    concluded = [(names[d["event"]], d["period_s"]) for d in detected.log if d["event"] in names]
     # (the log rounds periods to the microsecond)
-    assert [(names[e], p) for e, p in concluded] == [
+    assert concluded == [
         (ph["conclusion"], None if ph["period_s"] is None else round(ph["period_s"], 6))
-        for ph in printed
-        if ph["conclusion"] != "unresolved"
+        for ph in detected.phases
+        if ph["conclusion"] not in ("idle", "unresolved")
     ]
