@@ -1522,13 +1522,16 @@ def _best_segmentation(
     reach = math.ceil(dmax / dt) + 2
     m = len(grid)
     k = first[:, None] + np.arange(reach)[None, :]
-    kc = np.minimum(k, n - 1)
-    tau = kc * dt - grid[:, None]
-    # The template's cells, then the stall level as one more cell.
+    tau = k * dt
+    tau -= grid[:, None]
+    # The template's cells, then the stall level as one more cell; no residual past the window's end.
     cell = _template_cell(tau, h, len(g))
     cell[tau >= compute_s] = len(g)
-    resid = (y[kc] - np.append(g, level)[cell]) ** 2
-    resid[k >= n] = 0.0
+    resid = np.concatenate([y, np.zeros(reach)])[k]
+    resid -= np.append(g, level)[cell]
+    np.square(resid, out=resid)
+    past = np.flatnonzero(first + reach > n)  # the rows that reach past it
+    resid[past] = np.where(k[past] < n, resid[past], 0.0)
     width = reach + 1
     cum = np.empty((m, width))
     cum[:, 0] = 0.0
@@ -1554,10 +1557,22 @@ def _best_segmentation(
     choice = np.zeros(m, dtype=np.intp)  # 0: the lead-in; i > 0: the source back_steps[i - 1] earlier
     cost_buf = np.empty((block, len(steps) + 1))
     rows = np.arange(block)
+    # Each start's sources as sliding windows too (a source before the first start is the first start).
+    src_first = np.lib.stride_tricks.sliding_window_view(np.concatenate([np.full(pad, first[0]), first]), len(steps))
+    src_row = np.lib.stride_tricks.sliding_window_view(
+        np.concatenate([np.zeros(pad, dtype=np.intp), np.arange(m) * width]), len(steps)
+    )
+    index_buf = np.empty((chunk, len(steps)), dtype=np.intp)
+    seg_buf = np.empty((chunk, len(steps)))
     for c0 in range(block, m, chunk):
-        ts_all = np.arange(c0, min(c0 + chunk, m))
-        src_c = np.maximum(ts_all[:, None] - back_steps[None, :], 0)
-        seg = cum_flat[src_c * width + np.minimum(first[ts_all][:, None] - first[src_c], reach)]
+        c1 = min(c0 + chunk, m)
+        index = index_buf[: c1 - c0]
+        np.subtract(first[c0:c1, None], src_first[c0:c1], out=index)
+        np.minimum(index, reach, out=index)
+        index += src_row[c0:c1]
+        seg = seg_buf[: c1 - c0]
+        np.take(cum_flat, index, out=seg)
+        ts_all = range(c0, c1)
         for a in range(0, len(ts_all), block):
             t0, b = c0 + a, min(block, len(ts_all) - a)
             cost = cost_buf[:b]
