@@ -578,6 +578,11 @@ class Controller:
         # The windows without a period since the last that had one (as one): the next window, if it finds none
         # alone, is analysed together with them.
         self._prof_extend: PowerWindow | None = None
+        # A longer window asked for, L s, that continues _prof_extend: first its rest (L less _prof_extend) is
+        # measured and analysed with it (an early look); if that finds no period, the window goes on to L s as
+        # it would have, its first part held here (`_plan_window`).
+        self._prof_peek: float | None = None
+        self._prof_head: tuple[PowerWindow, float] | None = None
 
     def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
         self._set_clocks(None)
@@ -591,23 +596,50 @@ class Controller:
         # After a profiling window (at reference, no clock change since), the next continues it: runs and pairs of
         # windows are then analysed over samples that touch, on a real GPU (a pause to analyse) as in a replay.
         last = self._prof_run[-1] if self._prof_run else self._prof_prev[1] if self._prof_prev else None
-        window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last else 0.0)
-        est = self._estimate([window], stands_alone=True)
+        window = self._measure(
+            self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last or self._prof_head else 0.0
+        )
+        if (head := self._prof_head) is not None:  # the first part of this window, measured before the early look
+            self._prof_head = None
+            if _touches(head[0], window):
+                window, self._prof_window_s = merge_windows([head[0], window]), head[1]
         # Everything since the first window without a period, while the windows touch (each continues the last).
         span, joined = window, False
         joint: PeriodEstimate | None = None  # the span's estimate, where it was analysed as one
-        if (short := self._prof_extend) is not None:
-            self._prof_extend = None
-            if _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
-                span = merge_windows([short, window])
+        short, self._prof_extend = self._prof_extend, None
+        if short is not None and _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
+            span = merge_windows([short, window])
+        peek, self._prof_peek = self._prof_peek, None
+        if peek is not None and span is not window:
+            # The early look: the span so far with the rest of the window asked for, as one window that long. It
+            # ends profiling only with a baseline that stands alone (a candidate would divert the pairing).
+            est = joint = self._estimate([span], stands_alone=True)
+            if not (joint.ok and joint.period_s is not None and joint.stands_alone and self._one_phase(span)):
+                # Not yet: the window goes on to the length asked for, as if it had not been looked at.
+                self._prof_extend, self._prof_head = short, (window, peek)
+                self._prof_window_s = max(0.1, peek - window.duration_s)
+                seen = (
+                    f"{joint.verdict.value}: {joint.message}"
+                    if joint.period_s is None
+                    else f"period {joint.period_s * 1e3:.2f} ms, not alone"
+                )
+                return self._decide(
+                    "longer_window",
+                    State.PROFILING,
+                    f"a first look over {span.duration_s:.1f} s: {seen}; the window goes on to {peek:.1f} s",
+                    window_s=span.duration_s,
+                )
+        else:
+            est = self._estimate([window], stands_alone=True)
             if span is not window and not (est.ok and est.period_s is not None):
                 # No period in this window alone: with the windows without one that it continues, as one (a weak
-                # waveform folds over 9 s, not over 3 s or 6 s). It replaces the windows in it.
+                # waveform folds over 9 s, not over 3 s or 6 s).
                 joint = self._estimate([span], stands_alone=True)
-                if joint.ok and joint.period_s is not None:
-                    window, est, joined = span, joint, True
-                    self._prof_failed = None
-                    self._prof_run = [w for w in self._prof_run if w.start_s < span.start_s]
+        if joint is not None and joint.ok and joint.period_s is not None:
+            # The span as one window replaces the windows in it.
+            window, est, joined = span, joint, True
+            self._prof_failed = None
+            self._prof_run = [w for w in self._prof_run if w.start_s < span.start_s]
         if self._prof_run and not _touches(self._prof_run[-1], window):
             self._prof_run = []  # a pause too long for the driver's buffer: the samples no longer touch
         m = self._reduce(window, est)
@@ -693,14 +725,14 @@ class Controller:
             and self._prof_window_s < min(suggested, cfg.max_window_s)
         )
         if wanders and suggested is not None:
-            self._prof_window_s = min(cfg.max_window_s, suggested)
+            self._plan_window(min(cfg.max_window_s, suggested), span)
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         self._prof_failures += 1
         if self._prof_failures >= cfg.max_profile_failures:
             return self._enter_fallback(f"{est.verdict.value}: {est.message}", info)
         if est.verdict is Verdict.INSUFFICIENT_DATA and self._prof_window_s < cfg.max_window_s:
             suggested = suggested or 2.0 * self._prof_window_s
-            self._prof_window_s = min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s))
+            self._plan_window(min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s)), span)
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         if self._prof_window_s < cfg.max_window_s:
             self._prof_window_s = min(cfg.max_window_s, 2.0 * self._prof_window_s)
@@ -711,6 +743,14 @@ class Controller:
                 **info,
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
+
+    def _plan_window(self, length_s: float, span: PowerWindow) -> None:
+        """The next window: `length_s` long; where it continues `span` (the windows without a period so far, as
+        one) and the rest of that length is shorter, first that rest, for the early look (see _prof_peek)."""
+        self._prof_window_s = length_s
+        rest_s = max(self.config.first_window_s, length_s - span.duration_s)
+        if rest_s < length_s:
+            self._prof_window_s, self._prof_peek = rest_s, length_s
 
     def _fold_then_count(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
         """A folded candidate, then a touching window without a period: a +-10% job's phase diffuses over the
