@@ -213,6 +213,16 @@ def jsonl_sink(stream: TextIO) -> LogSink:
 
 
 @dataclass(frozen=True)
+class _LongerWindow:
+    """A longer profiling window asked for, `length_s`, that continues the windows without a period before it:
+    first only its rest is measured and the whole looked at (`head` None); if that look finds no baseline, the
+    window goes on to `length_s`, `head` being its part measured so far."""
+
+    length_s: float
+    head: PowerWindow | None = None
+
+
+@dataclass(frozen=True)
 class _Measured:
     """One window at fixed clocks, reduced to what decisions use."""
 
@@ -578,11 +588,8 @@ class Controller:
         # The windows without a period since the last that had one (as one): the next window, if it finds none
         # alone, is analysed together with them.
         self._prof_extend: PowerWindow | None = None
-        # A longer window asked for, L s, that continues _prof_extend: first its rest (L less _prof_extend) is
-        # measured and analysed with it (an early look); if that finds no period, the window goes on to L s as
-        # it would have, its first part held here (`_plan_window`).
-        self._prof_peek: float | None = None
-        self._prof_head: tuple[PowerWindow, float] | None = None
+        # A longer window asked for that continues _prof_extend (`_plan_window`).
+        self._prof_longer: _LongerWindow | None = None
 
     def _reprofile(self, event: str, reason: str, **fields: Any) -> Decision:
         self._set_clocks(None)
@@ -596,28 +603,24 @@ class Controller:
         # After a profiling window (at reference, no clock change since), the next continues it: runs and pairs of
         # windows are then analysed over samples that touch, on a real GPU (a pause to analyse) as in a replay.
         last = self._prof_run[-1] if self._prof_run else self._prof_prev[1] if self._prof_prev else None
-        window = self._measure(
-            self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last or self._prof_head else 0.0
-        )
-        if (head := self._prof_head) is not None:  # the first part of this window, measured before the early look
-            self._prof_head = None
-            if _touches(head[0], window):
-                window, self._prof_window_s = merge_windows([head[0], window]), head[1]
+        longer, self._prof_longer = self._prof_longer, None
+        window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last or longer else 0.0)
+        if longer is not None and longer.head is not None and _touches(longer.head, window):
+            window, self._prof_window_s = merge_windows([longer.head, window]), longer.length_s
         # Everything since the first window without a period, while the windows touch (each continues the last).
         span, joined = window, False
         joint: PeriodEstimate | None = None  # the span's estimate, where it was analysed as one
         short, self._prof_extend = self._prof_extend, None
         if short is not None and _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
             span = merge_windows([short, window])
-        peek, self._prof_peek = self._prof_peek, None
-        if peek is not None and span is not window:
+        if longer is not None and longer.head is None and span is not window:
             # The early look: the span so far with the rest of the window asked for, as one window that long. It
             # ends profiling only with a baseline that stands alone (a candidate would divert the pairing).
             est = joint = self._estimate([span], stands_alone=True)
             if not (joint.ok and joint.period_s is not None and joint.stands_alone and self._one_phase(span)):
                 # Not yet: the window goes on to the length asked for, as if it had not been looked at.
-                self._prof_extend, self._prof_head = short, (window, peek)
-                self._prof_window_s = max(0.1, peek - window.duration_s)
+                self._prof_extend, self._prof_longer = short, replace(longer, head=window)
+                self._prof_window_s = max(0.1, longer.length_s - window.duration_s)
                 seen = (
                     f"{joint.verdict.value}: {joint.message}"
                     if joint.period_s is None
@@ -626,7 +629,7 @@ class Controller:
                 return self._decide(
                     "longer_window",
                     State.PROFILING,
-                    f"a first look over {span.duration_s:.1f} s: {seen}; the window goes on to {peek:.1f} s",
+                    f"a first look over {span.duration_s:.1f} s: {seen}; the window goes on to {longer.length_s:.1f} s",
                     window_s=span.duration_s,
                 )
         else:
@@ -746,11 +749,11 @@ class Controller:
 
     def _plan_window(self, length_s: float, span: PowerWindow) -> None:
         """The next window: `length_s` long; where it continues `span` (the windows without a period so far, as
-        one) and the rest of that length is shorter, first that rest, for the early look (see _prof_peek)."""
+        one) and the rest of that length is shorter, first that rest, for the early look (`_LongerWindow`)."""
         self._prof_window_s = length_s
         rest_s = max(self.config.first_window_s, length_s - span.duration_s)
         if rest_s < length_s:
-            self._prof_window_s, self._prof_peek = rest_s, length_s
+            self._prof_window_s, self._prof_longer = rest_s, _LongerWindow(length_s)
 
     def _fold_then_count(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
         """A folded candidate, then a touching window without a period: a +-10% job's phase diffuses over the

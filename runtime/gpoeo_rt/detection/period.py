@@ -1572,9 +1572,8 @@ def _best_segmentation(
         index += src_row[c0:c1]
         seg = seg_buf[: c1 - c0]
         np.take(cum_flat, index, out=seg)
-        ts_all = range(c0, c1)
-        for a in range(0, len(ts_all), block):
-            t0, b = c0 + a, min(block, len(ts_all) - a)
+        for a in range(0, c1 - c0, block):
+            t0, b = c0 + a, min(block, c1 - c0 - a)
             cost = cost_buf[:b]
             np.add(sources[t0 : t0 + b], seg[a : a + b], out=cost[:, 1:])
             cost[:, 1:] += penalty
