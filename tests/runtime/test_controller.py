@@ -145,11 +145,13 @@ class _FailingSampler(Sampler):
         super().__init__(device)
         self._left = fail_at
 
-    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
+    def collect(
+        self, window_s: float, *, continue_within_s: float = 0.0, energy_every_s: float | None = None
+    ) -> PowerWindow:
         self._left -= 1
         if self._left == 0:
             raise RuntimeError("injected failure")
-        return super().collect(window_s, continue_within_s=continue_within_s)
+        return super().collect(window_s, continue_within_s=continue_within_s, energy_every_s=energy_every_s)
 
 
 class _PausingSampler(Sampler):
@@ -160,9 +162,11 @@ class _PausingSampler(Sampler):
         self.gpu = device
         self.windows: list[PowerWindow] = []
 
-    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
+    def collect(
+        self, window_s: float, *, continue_within_s: float = 0.0, energy_every_s: float | None = None
+    ) -> PowerWindow:
         self.gpu.clock.advance(0.3)
-        window = super().collect(window_s, continue_within_s=continue_within_s)
+        window = super().collect(window_s, continue_within_s=continue_within_s, energy_every_s=energy_every_s)
         self.windows.append(window)
         return window
 

@@ -124,6 +124,27 @@ def test_signal_restores_clocks(tmp_path: Path, bundles: Path, sig: signal.Signa
     assert _state_files(tmp_path) == []
 
 
+def test_a_stop_signal_never_waits_for_a_lock_the_main_thread_may_hold(tmp_path: Path, bundles: Path) -> None:
+    """The handler runs on the main thread between bytecodes, which may be inside the main loop's event wait with
+    its (not re-entrant) lock held. Setting the event there hung the daemon on SIGTERM (1 of 60 forked runs, under
+    load): the handler only raises a flag, taken up by the main loop."""
+    import threading
+
+    daemon = Daemon(_config(tmp_path, bundles), say=lambda line: None)
+    returned = threading.Event()
+
+    def signal_inside_the_wait() -> None:
+        with daemon._wake._cond:  # as Condition.wait holds it while it re-acquires
+            daemon._on_signal(signal.SIGTERM, None)
+            returned.set()
+
+    handler = threading.Thread(target=signal_inside_the_wait, daemon=True)
+    handler.start()
+    handler.join(5.0)
+    assert returned.is_set(), "the signal handler waited for a lock its own thread holds"
+    assert daemon._signalled and not daemon.stop_event.is_set()  # the main loop stops it (request_stop)
+
+
 @pytest.mark.parametrize("run", RUNS)
 def test_sigkill_then_restart_restores_clocks(tmp_path: Path, bundles: Path, run: int) -> None:
     pid, read_fd = _fork_daemon(tmp_path, bundles)

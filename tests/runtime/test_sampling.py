@@ -108,6 +108,52 @@ def test_merged_windows_are_the_one_window_they_span() -> None:
         merge_windows([])
 
 
+def test_the_energy_counter_is_read_through_a_window_when_asked() -> None:
+    """Profiling windows read the counter every 100 ms (detection.counter compares its interval means with the
+    samples'); windows that continue each other share the reading at their boundary."""
+    gpu = _sim()
+    sampler = Sampler(gpu)
+    a = sampler.collect(3.0, energy_every_s=0.1)
+    b = sampler.collect(2.0, energy_every_s=0.1)
+    for w in (a, b):
+        assert w.energy_t_s[0] == w.start_s and w.energy_t_s[-1] == pytest.approx(w.end_s)
+        assert len(w.energy_t_s) == round(w.duration_s / 0.1) + 1
+        assert np.all(np.diff(w.energy_read_j) > 0)  # the simulated counter refreshes at 10 Hz, as it is read
+        assert w.energy_read_j[-1] - w.energy_read_j[0] == pytest.approx(w.energy_j)
+    merged = merge_windows([a, b])
+    assert len(merged.energy_t_s) == len(a.energy_t_s) + len(b.energy_t_s) - 1
+    assert np.all(np.diff(merged.energy_t_s) > 0)
+    reads = gpu.stats.energy_reads
+    assert sampler.collect(1.0).energy_t_s.size == 0  # not asked: the one read per window
+    assert gpu.stats.energy_reads == reads + 1
+
+
+class _StaleOnce:
+    """A device whose third energy read returns the second's value, as a read sitting on the refresh may."""
+
+    def __init__(self, gpu: SimulatedGPU) -> None:
+        self._gpu, self._reads, self._last = gpu, 0, 0.0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._gpu, name)
+
+    def energy_j(self) -> float:
+        self._reads += 1
+        if self._reads != 3:
+            self._last = self._gpu.energy_j()
+        return self._last
+
+
+def test_energy_reads_move_half_a_step_off_the_refresh_after_a_repeat() -> None:
+    gpu = _sim()
+    sampler = Sampler(_StaleOnce(gpu))  # type: ignore[arg-type]
+    w = sampler.collect(2.0, energy_every_s=0.1)
+    steps = np.round(np.diff(w.energy_t_s), 6)
+    assert steps[1] == 0.1 and steps[2] == 0.05 and set(steps[3:-1]) == {0.1}  # reads 1 and 2 (from 0) repeat
+    later = sampler.collect(1.0, energy_every_s=0.1)  # the next window keeps to the moved grid
+    assert np.round((later.energy_t_s[1] - w.energy_t_s[3]) / 0.1, 6) % 1 == 0
+
+
 def test_draining_too_rarely_loses_samples() -> None:
     gpu = _sim()
     lossy = Sampler(gpu, drain_period_s=5.0).collect(5.0)

@@ -49,6 +49,7 @@ from gpoeo_rt.detection import (
     Verdict,
     count_confirms,
     counted_period_near,
+    counter_check,
     detect_period,
     has_changed,
     idle_tail_s,
@@ -104,6 +105,9 @@ class ControllerConfig:
     # A profiling window continues the last one (its samples touch the last's) when it starts at most this long
     # after it ended: the pause's samples are still in the driver's buffer. Runs of windows: _run_candidate.
     profile_run_gap_s: float = 2.0
+    # Profiling windows read the energy counter this often (None: once per window), so that a count of jittery
+    # iterations can be told from an alias of faster ones (detection.counter; ~4 ms a read on an H200).
+    profile_energy_every_s: float | None = 0.1
     # A counted candidate's second window holds as many iterations as its own, but at most this many periods (and
     # never less than the first window): a run or window the schedule made long (a 21 s run of 3 + 6 + 12 s) need
     # not be matched second for second.
@@ -459,10 +463,13 @@ class Controller:
         if dt > 0:
             self._device.clock.sleep(dt)
 
-    def _measure(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
-        """A window at settled clocks (continuing the last one: `Sampler.collect`)."""
+    def _measure(
+        self, window_s: float, *, continue_within_s: float = 0.0, energy_every_s: float | None = None
+    ) -> PowerWindow:
+        """A window at settled clocks (continuing the last one, reading the energy counter that often:
+        `Sampler.collect`)."""
         self._sleep_until(self._settle_until_s)
-        return self._sampler.collect(window_s, continue_within_s=continue_within_s)
+        return self._sampler.collect(window_s, continue_within_s=continue_within_s, energy_every_s=energy_every_s)
 
     def _window_for(self, period_s: float) -> float:
         cfg = self.config
@@ -510,7 +517,9 @@ class Controller:
         same thing). Pinned to markers that are missing, the answer is "no period", which the states handle like
         any other. A marker estimate's level_w is the windows' mean power (`_window_power`), as phase-change
         checks compare it; the signal's is the detector's own. `stands_alone`: have the detector judge whether a
-        segmented window needs no second one (profiling only: it costs more segmentations)."""
+        segmented window needs no second one (profiling only: it costs more segmentations). Where the windows read
+        the energy counter through (profiling's), it tells the detector whether the samples' slow variation is
+        real (`counter_check`)."""
         cfg = self.config
         if timing is None and self._baseline is not None and self.state is not State.PROFILING:
             timing = self._baseline.timing  # profiling finds the (new) phase's source afresh
@@ -528,14 +537,22 @@ class Controller:
             if marked.ok or timing == MARKERS:
                 # level_w is the window's power, which phase-change checks compare.
                 return replace(marked, level_w=self._window_power(windows, marked.period_s))
+        check = counter_check(
+            t_s,
+            power_w,
+            np.concatenate([w.energy_t_s for w in windows]),
+            np.concatenate([w.energy_read_j for w in windows]),
+        )
+        confirmed = check is not None and check.confirms()
         if detector is not None:
-            return detect_period(t_s, power_w, config=detector)
+            return detect_period(t_s, power_w, config=detector, variation_confirmed=confirmed)
         return detect_period(
             t_s,
             power_w,
             min_period_s=min_period_s,
             max_period_s=max_period_s or cfg.max_period_s,
             config=DetectorConfig(judge_stands_alone=True) if stands_alone else None,
+            variation_confirmed=confirmed,
         )
 
     def _agreement(self, a: PeriodEstimate, b: PeriodEstimate) -> float:
@@ -604,7 +621,11 @@ class Controller:
         # windows are then analysed over samples that touch, on a real GPU (a pause to analyse) as in a replay.
         last = self._prof_run[-1] if self._prof_run else self._prof_prev[1] if self._prof_prev else None
         longer, self._prof_longer = self._prof_longer, None
-        window = self._measure(self._prof_window_s, continue_within_s=cfg.profile_run_gap_s if last or longer else 0.0)
+        window = self._measure(
+            self._prof_window_s,
+            continue_within_s=cfg.profile_run_gap_s if last or longer else 0.0,
+            energy_every_s=cfg.profile_energy_every_s,
+        )
         if longer is not None and longer.head is not None and _touches(longer.head, window):
             window, self._prof_window_s = merge_windows([longer.head, window]), longer.length_s
         # Everything since the first window without a period, while the windows touch (each continues the last).
@@ -895,6 +916,12 @@ class Controller:
         joint = None
         if pair and counted is None:
             joint = self._estimate([w1, w2], min_period_s=0.9 * period, max_period_s=1.1 * period, timing=timing)
+            if joint.period_s is None and _evidence(m2.estimate) == "counted":
+                # The search narrowed to the pair's neighbourhood puts a floor under it that the detector takes for
+                # the sampling's, so its alias checks may refuse the iterations near it: a segmentation over both
+                # windows by its own search then refines the pair (a count over both is no better than the two).
+                unbounded = self._estimate([w1, w2], timing=timing)
+                joint = unbounded if unbounded.method == "template" else joint
         if counted is not None:  # a fold and a count: the mean iteration time is the count over both
             (period, spread), method = counted, "count"
         elif (

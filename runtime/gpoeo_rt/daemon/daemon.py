@@ -124,6 +124,7 @@ class Daemon:
         self._serve = serve
         self.stop_event = threading.Event()
         self._wake = threading.Event()  # set on stop and when a worker ends: the main loop looks again
+        self._signalled = False  # a stop signal arrived: the main loop stops (see _on_signal)
         self._store = ClockStateStore(config.state_dir)
         self._locks: list[GPULock | RunDirLock] = []
         self.workers: list[Worker] = []
@@ -428,7 +429,9 @@ class Daemon:
         self._wake.set()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.request_stop()
+        # Only a flag: the handler runs on the main thread between bytecodes, possibly inside _wake.wait() with the
+        # event's lock held, and that lock is not re-entrant (setting the event here hung the daemon on SIGTERM).
+        self._signalled = True
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -469,6 +472,8 @@ class Daemon:
                     self._say(
                         f"gpoeo-rt: Prometheus metrics on http://{self.config.prometheus_addr}:{self.prometheus_port}/"
                     )
+                if self._signalled:  # a stop signal during the setup: the workers stop before they start
+                    self.request_stop()
                 for worker in self.workers:
                     if worker.refused is not None:
                         self._say(f"gpoeo-rt: {worker.label} ({worker.device.name}): {worker.refused}")
@@ -484,6 +489,8 @@ class Daemon:
                     # Wake up regularly so signal handlers run (they run on the main thread, between waits).
                     self._wake.wait(0.2)
                     self._wake.clear()
+                    if self._signalled:
+                        self.request_stop()
                     if all(w.failed or w.refused is not None for w in self.workers):
                         break
             finally:

@@ -177,8 +177,10 @@ class CheckedSampler(Sampler):
         t_s, seq = self._source.markers_between(start_s, end_s)
         return [(None, t_s, seq)] if len(t_s) else []
 
-    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
-        window = super().collect(window_s, continue_within_s=continue_within_s)
+    def collect(
+        self, window_s: float, *, continue_within_s: float = 0.0, energy_every_s: float | None = None
+    ) -> PowerWindow:
+        window = super().collect(window_s, continue_within_s=continue_within_s, energy_every_s=energy_every_s)
         graded = []
         missed = False  # a fast sender's alias was missing from the signal in this window
         senders = [c for c in self._candidates(window.start_s, window.end_s) if c[0] not in self.distrusted]

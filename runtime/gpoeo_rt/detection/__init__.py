@@ -1,6 +1,7 @@
 """Detection layer: pure numeric period and phase-change detection over power-sample arrays."""
 
 from gpoeo_rt.detection.activity import idle_tail_s, level_shift
+from gpoeo_rt.detection.counter import CounterCheck, counter_check
 from gpoeo_rt.detection.markers import MARKERS, SIGNAL, period_from_markers
 from gpoeo_rt.detection.period import (
     COUNTABLE_VERDICTS,
@@ -27,6 +28,7 @@ __all__ = [
     "MARKERS",
     "SIGNAL",
     "ChangeVerdict",
+    "CounterCheck",
     "DetectorConfig",
     "PeriodEstimate",
     "PreparedSignal",
@@ -35,6 +37,7 @@ __all__ = [
     "average_power_from_energy",
     "count_confirms",
     "counted_period_near",
+    "counter_check",
     "detect_period",
     "detect_period_uniform",
     "fold_r2",

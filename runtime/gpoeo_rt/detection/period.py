@@ -740,15 +740,17 @@ def detect_period(
     min_period_s: float | None = None,
     max_period_s: float | None = None,
     config: DetectorConfig | None = None,
+    variation_confirmed: bool = False,
 ) -> PeriodEstimate:
     """Iteration period of a window of power samples, or an explicit verdict that none is resolvable.
 
     t_s: sample times (s); power_w: power (W). energy_j (optional): the cumulative energy counter (J), read at
     energy_t_s (default t_s); when given, a candidate period must also show in the counter's interval averages,
     which rules out aliases of faster iterations. Stair-step (polled) power without it yields at most
-    ALIAS_RISK, never a period. Bad samples are repaired where that is safe (NaN dropped, a few out-of-order
-    timestamps sorted) and the message says so; with gaps, the longest contiguous stretch is analysed.
-    Never raises on bad data.
+    ALIAS_RISK, never a period. variation_confirmed: the energy counter showed the samples' slow variation to be
+    real (`detection.counter.counter_check`), so a count need not look unlike an alias's (`_ALIAS_SIGNS`).
+    Bad samples are repaired where that is safe (NaN dropped, a few out-of-order timestamps sorted) and the
+    message says so; with gaps, the longest contiguous stretch is analysed. Never raises on bad data.
     """
     cfg = _with_bounds(config, min_period_s, max_period_s)
     prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
@@ -764,12 +766,16 @@ def detect_period(
             notes.append("the energy counter was unusable (too few valid, increasing readings): ignored")
     if len(prep.segments) > 1:
         notes.append(f"analysed the longest contiguous stretch ({seg.duration_s:.1f} s)")
-    est = detect_period_uniform(seg, cfg, reference=reference)
+    est = detect_period_uniform(seg, cfg, reference=reference, variation_confirmed=variation_confirmed)
     return replace(est, message=_join(est.message, *notes)) if notes else est
 
 
 def detect_period_uniform(
-    sig: UniformSignal, config: DetectorConfig | None = None, *, reference: UniformSignal | None = None
+    sig: UniformSignal,
+    config: DetectorConfig | None = None,
+    *,
+    reference: UniformSignal | None = None,
+    variation_confirmed: bool = False,
 ) -> PeriodEstimate:
     """`detect_period` on an already-cleaned uniform signal.
 
@@ -781,7 +787,7 @@ def detect_period_uniform(
     est = _detect_folded(sig, cfg, reference)
     if est.ok or est.verdict not in COUNTABLE_VERDICTS or sig.held or _ENERGY_ALIAS in est.message:
         return est
-    return _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg)
+    return _count_cycles(np.asarray(sig.values, dtype=np.float64), sig.dt_s, est, cfg, variation_confirmed)
 
 
 _ENERGY_ALIAS = "the alias of iterations faster"
@@ -1159,6 +1165,7 @@ class _Count:
     sub_periods: tuple[float, ...]
     wander: float = 0.0  # std of 8-cycle means / std of single cycles (independent cycles: ~0.35)
     agreement: float = 0.0  # relative difference of counts at two band centres (see _count_near)
+    waived: tuple[str, ...] = ()  # signs of an alias that the energy counter answered (see _count_cycles)
 
 
 def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | None:
@@ -1229,7 +1236,9 @@ def _wander(lengths: FloatArray) -> float:
     return float(np.convolve(dev, np.ones(8) / 8, mode="valid").std() / max(float(dev.std()), 1e-12))
 
 
-def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig) -> PeriodEstimate:
+def _count_cycles(
+    x: FloatArray, dt: float, failed: PeriodEstimate, cfg: DetectorConfig, variation_confirmed: bool = False
+) -> PeriodEstimate:
     """The mean iteration time of a window whose iterations jitter too much for any period to fold; else `failed`
     with the reason counting did not help appended.
 
@@ -1237,7 +1246,8 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
     still), or a half or a third below one (a waveform strongest at its 2nd or 3rd harmonic): each is counted
     (once more centred on what it counted) and checked (DetectorConfig.count_*); of those that pass, the one
     whose counted phase explains the samples best wins, the shortest within 10% of it (a multiple of the period
-    folds as well).
+    folds as well). Where the energy counter confirmed the samples' slow variation, a count's signs of an alias
+    (`_ALIAS_SIGNS`) are no problem: an alias's variation is not in the counter.
     """
     y = _detrend(x, _DETREND_DEGREE)
     n = len(y)
@@ -1266,6 +1276,7 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
     if lag:
         starts.add(round(lag * dt, 6))
     passed: list[_Count] = []
+    rescued: list[_Count] = []  # counts whose only problems are signs of an alias, which the counter answered
     rejected: list[str] = []
     counted: list[_Count] = []
     for period in sorted(starts):
@@ -1279,6 +1290,8 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
             counted.append(c)
         if problems:
             rejected.append(f"{c.period * 1e3:.1f} ms ({', '.join(problems)})")
+            if variation_confirmed and all(p.startswith(_ALIAS_SIGNS) for p in problems):
+                rescued.append(replace(c, waived=tuple(problems)))
         else:
             passed.append(c)
     if not passed:
@@ -1288,7 +1301,12 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
         swing = float(y.std()) / level if level > 0.0 else math.inf
         if swing < cfg.template_min_swing:
             return replace(failed, message=failed.message + f"; power varies by {swing:.0%} of its level: no stalls")
-        return _segment_cycles(y, dt, counted, failed, t_lo, t_hi, cfg)
+        segmented = _segment_cycles(y, dt, counted, failed, t_lo, t_hi, cfg)
+        if segmented.ok or not rescued or segmented.suggested_window_s is not None:
+            return segmented
+        # Only where the samples give nothing else, not even a longer window to measure, does the counter's answer
+        # count: it says the variation is real, not that a count of it beats a segmentation (which may stand alone).
+        passed, failed = rescued, segmented
     best = max(c.phase_r2 for c in passed)
     c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
     # The band-passed count is biased, not noisy, where iterations merge or a long stall rings (docs/jitter.md,
@@ -1304,9 +1322,11 @@ def _count_cycles(x: FloatArray, dt: float, failed: PeriodEstimate, cfg: Detecto
             return _segmented_period(failed, seg, f"{disagree}; {failed.message}", _stands_alone(y, dt, seg, cfg))
         return replace(failed, message=f"{failed.message}; {disagree} ({seg.cycles} iterations): no count")
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
+    answered = f"; the energy counter shows the variation, so not an alias: {', '.join(c.waived)}" if c.waived else ""
     message = (
         f"mean period {c.period * 1e3:.2f} ms, counted ({c.cycles:.0f} cycles, jittery: single cycles spread "
-        f"{c.spread * 100:.0f}%, fold on the counted phase r2 {c.phase_r2:.2f}; no period folds: {failed.message})"
+        f"{c.spread * 100:.0f}%, fold on the counted phase r2 {c.phase_r2:.2f}{answered}; no period folds: "
+        f"{failed.message})"
     )
     return _mean_period(failed, c.period, conf, c.phase_r2, c.sub_periods, c.spread, "count", message)
 

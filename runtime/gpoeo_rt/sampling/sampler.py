@@ -2,7 +2,8 @@
 
 The sampler sleeps on the device's clock (or an injected one), so with a simulated GPU a window costs no wall
 time. It drains the driver's finite sample buffer often (every 250 ms by default) and reads the slow energy
-counter once per window.
+counter once per window, or, where the caller asks for it, at the counter's own 10 Hz (its interval averages tell
+real slow variation of the power from the alias of faster iterations: `detection.counter_check`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class PowerWindow:
     iterations: int | None = None
     marker_t_s: FloatArray = field(default_factory=lambda: np.empty(0), repr=False)
     marker_seq: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64), repr=False)
+    # Energy-counter readings (time, cumulative J) through the window, where they were asked for (see collect).
+    energy_t_s: FloatArray = field(default_factory=lambda: np.empty(0), repr=False)
+    energy_read_j: FloatArray = field(default_factory=lambda: np.empty(0), repr=False)
 
     @property
     def duration_s(self) -> float:
@@ -79,6 +83,20 @@ def merge_windows(windows: Sequence[PowerWindow]) -> PowerWindow:
         iterations=None if any(c is None for c in counts) else sum(c for c in counts if c is not None),
         marker_t_s=np.concatenate([w.marker_t_s for w in windows]),
         marker_seq=np.concatenate([w.marker_seq for w in windows]),
+        # A window's first reading is the one its predecessor ended with: kept once.
+        energy_t_s=np.concatenate(
+            [w.energy_t_s[int(k > 0 and _continues(windows[k - 1], w)) :] for k, w in enumerate(windows)]
+        ),
+        energy_read_j=np.concatenate(
+            [w.energy_read_j[int(k > 0 and _continues(windows[k - 1], w)) :] for k, w in enumerate(windows)]
+        ),
+    )
+
+
+def _continues(before: PowerWindow, after: PowerWindow) -> bool:
+    """Whether `after` opens with the energy reading `before` ended with."""
+    return bool(
+        len(before.energy_t_s) and len(after.energy_t_s) and abs(after.energy_t_s[0] - before.energy_t_s[-1]) <= _EPS
     )
 
 
@@ -107,6 +125,9 @@ class Sampler:
         self._boundary_energy_j = math.nan
         self._boundary_iterations: int | None = None
         self._last_sample_t_s: float | None = None
+        # Energy reads through a window keep to one grid across windows; it moves by half a step when a read
+        # repeats the last value (reads sitting on the counter's refresh see either side of it: collect).
+        self._energy_grid_s: float | None = None
 
     @property
     def energy_reading(self) -> tuple[float, float] | None:
@@ -122,6 +143,16 @@ class Sampler:
         except GPUNotSupportedError:  # pre-Volta GPUs have no energy counter
             return math.nan
 
+    def _next_energy_read(self, every_s: float | None) -> float:
+        """The next energy read's time on the sampler's grid (inf: no reads asked for)."""
+        if not every_s:
+            return math.inf
+        now = self._clock.now_s()
+        if self._energy_grid_s is None:
+            self._energy_grid_s = now
+        steps = math.floor((now - self._energy_grid_s) / every_s + _EPS) + 1
+        return self._energy_grid_s + steps * every_s
+
     def _drain(self, t_parts: list[FloatArray], p_parts: list[FloatArray]) -> None:
         since = self._last_sample_t_s if self._last_sample_t_s is not None else -math.inf
         samples = self._device.power_samples_since(since)
@@ -130,13 +161,19 @@ class Sampler:
             p_parts.append(samples.power_w)
             self._last_sample_t_s = float(samples.t_s[-1])
 
-    def collect(self, window_s: float, *, continue_within_s: float = 0.0) -> PowerWindow:
+    def collect(
+        self, window_s: float, *, continue_within_s: float = 0.0, energy_every_s: float | None = None
+    ) -> PowerWindow:
         """Let window_s pass on the clock and return what was measured in it. With continue_within_s, a window that
         starts at most that long after the previous one ended continues it: it starts at the previous end and holds
         the samples of the pause between them (still in the driver's buffer), so the two windows' samples touch.
-        A caller asks for that only where nothing changed in the pause (no clock change)."""
+        A caller asks for that only where nothing changed in the pause (no clock change). With energy_every_s, the
+        energy counter is also read that often through the window (`PowerWindow.energy_t_s`; a read costs ~4 ms
+        on an H200, so callers ask only where they use it)."""
         if window_s <= 0:
             raise ValueError("window_s must be > 0")
+        if energy_every_s is not None and not energy_every_s > 0:
+            raise ValueError("energy_every_s must be > 0")
         start = self._clock.now_s()
         resumes = self._boundary_s is not None and 0.0 <= start - self._boundary_s <= continue_within_s
         if resumes and self._boundary_s is not None:
@@ -151,11 +188,28 @@ class Sampler:
         end = start + window_s
         t_parts: list[FloatArray] = []
         p_parts: list[FloatArray] = []
+        readings: list[tuple[float, float]] = [(start, self._boundary_energy_j)] if energy_every_s else []
+        next_drain = self._clock.now_s() + self._drain_period_s
+        next_read = self._next_energy_read(energy_every_s)
         while (now := self._clock.now_s()) < end - _EPS:
-            self._clock.sleep(min(self._drain_period_s, end - now))
-            self._drain(t_parts, p_parts)
+            wake = min(next_drain, next_read, end)
+            self._clock.sleep(max(0.0, (end if end - wake < _EPS else wake) - now))  # the window ends at its end
+            now = self._clock.now_s()
+            if now >= next_read - _EPS and now < end - _EPS:
+                readings.append((now, self._energy()))
+                if len(readings) > 1 and readings[-1][1] == readings[-2][1] and energy_every_s:
+                    # No refresh since the last read: the reads sit on the counter's refresh. Half a step away,
+                    # each read sees the refresh before it at a steady lag (detection.counter searches the lag).
+                    self._energy_grid_s = now + 0.5 * energy_every_s
+                next_read = self._next_energy_read(energy_every_s)
+            if now >= next_drain - _EPS or now >= end - _EPS:  # without energy reads: every wake drains, as before
+                self._drain(t_parts, p_parts)
+                next_drain = now + self._drain_period_s
         self._drain(t_parts, p_parts)
         energy_j = self._energy()
+        if energy_every_s:
+            readings.append((self._clock.now_s(), energy_j))
+        read = np.array([r for r in readings if math.isfinite(r[1])], dtype=np.float64).reshape(-1, 2)
         counters = self._device.counter_snapshot()
         iterations = self._iteration_counter() if self._iteration_counter else None
         end_s = self._clock.now_s()
@@ -172,6 +226,8 @@ class Sampler:
             else iterations - self._boundary_iterations,
             marker_t_s=marker_t_s,
             marker_seq=marker_seq,
+            energy_t_s=read[:, 0],
+            energy_read_j=read[:, 1],
         )
         self._boundary_s = window.end_s
         self._boundary_energy_j = energy_j
