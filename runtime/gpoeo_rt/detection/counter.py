@@ -14,11 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpoeo_rt.detection.period import _DETREND_DEGREE  # the slow trend left out: the detector's own
+
 FloatArray = npt.NDArray[np.float64]
 
 # A counter reading reflects its last 10 Hz refresh, up to one refresh (plus a read's latency) before it was read.
 _LAGS_S = np.arange(0.0, -0.151, -0.01)
-_TREND = 4  # polynomial degree of the slow trend left out (detection.period detrends its windows so)
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ def counter_check(
     p = np.asarray(power_w, dtype=np.float64).ravel()
     te = np.asarray(energy_t_s, dtype=np.float64).ravel()
     ej = np.asarray(energy_j, dtype=np.float64).ravel()
-    if len(t) != len(p) or len(te) != len(ej) or len(t) < 8:
-        return None
+    if len(t) != len(p) or len(te) != len(ej) or len(t) < 8 or len(te) < min_intervals + 1:
+        return None  # windows read once (all but profiling's) end here, before any work on their samples
     ok = np.isfinite(t) & np.isfinite(p)
     t, p = t[ok], p[ok]
     order = np.argsort(t, kind="stable")
@@ -88,9 +89,13 @@ def counter_check(
         # The variation the detector reads: both without their slow trend (the detector's detrending degree).
         mid = 0.5 * (a[use] + b[use])
         u = 2.0 * (mid - mid[0]) / max(float(mid[-1] - mid[0]), 1e-9) - 1.0
-        s_mean = s_raw - np.polynomial.polynomial.polyval(u, np.polynomial.polynomial.polyfit(u, s_raw, _TREND))
+        s_mean = s_raw - np.polynomial.polynomial.polyval(
+            u, np.polynomial.polynomial.polyfit(u, s_raw, _DETREND_DEGREE)
+        )
         c_raw = e_mean[use]
-        c_mean = c_raw - np.polynomial.polynomial.polyval(u, np.polynomial.polynomial.polyfit(u, c_raw, _TREND))
+        c_mean = c_raw - np.polynomial.polynomial.polyval(
+            u, np.polynomial.polynomial.polyfit(u, c_raw, _DETREND_DEGREE)
+        )
         sd = float(s_mean.std())
         if not (level > 0 and sd > 1e-9 * level and float(c_mean.std()) > 1e-9 * level):
             continue

@@ -71,6 +71,8 @@ def merge_windows(windows: Sequence[PowerWindow]) -> PowerWindow:
         vals = [(v, k) for v, k in vals if math.isfinite(v) and k > 0]
         features[name] = sum(v * k for v, k in vals) / sum(k for _, k in vals) if vals else math.nan
     counts = [w.iterations for w in windows]
+    # A window's first energy reading is the one its predecessor ended with: kept once.
+    skip = [int(k > 0 and _continues(windows[k - 1], w)) for k, w in enumerate(windows)]
     return PowerWindow(
         start_s=windows[0].start_s,
         end_s=windows[-1].end_s,
@@ -83,13 +85,8 @@ def merge_windows(windows: Sequence[PowerWindow]) -> PowerWindow:
         iterations=None if any(c is None for c in counts) else sum(c for c in counts if c is not None),
         marker_t_s=np.concatenate([w.marker_t_s for w in windows]),
         marker_seq=np.concatenate([w.marker_seq for w in windows]),
-        # A window's first reading is the one its predecessor ended with: kept once.
-        energy_t_s=np.concatenate(
-            [w.energy_t_s[int(k > 0 and _continues(windows[k - 1], w)) :] for k, w in enumerate(windows)]
-        ),
-        energy_read_j=np.concatenate(
-            [w.energy_read_j[int(k > 0 and _continues(windows[k - 1], w)) :] for k, w in enumerate(windows)]
-        ),
+        energy_t_s=np.concatenate([w.energy_t_s[k:] for w, k in zip(windows, skip, strict=True)]),
+        energy_read_j=np.concatenate([w.energy_read_j[k:] for w, k in zip(windows, skip, strict=True)]),
     )
 
 
