@@ -28,9 +28,10 @@ twelfth session's, a fourteenth, "held-out-12", before the thirteenth session's,
 before the fourteenth session's, a sixteenth, "held-out-14", before the fifteenth session's, a seventeenth,
 "held-out-15", before the sixteenth session's, an eighteenth, "held-out-16", before that session's second rule,
 a nineteenth, "held-out-17", before the eighteenth session's, a twentieth, "held-out-18", before the
-nineteenth session's, and a twenty-first, "held-out-19", before the twentieth session's.
+nineteenth session's, a twenty-first, "held-out-19", before the twentieth session's, and a twenty-second,
+"held-out-20", before the twenty-first session's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..19|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..20|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -132,6 +133,9 @@ HELD_OUT_18_PERIODS = (0.054, 0.089, 0.131, 0.183, 0.252, 0.372, 0.452)
 # A nineteenth, fixed (2026-12-07, twentieth session) before any rule of that session, once held-out-18's summary and
 # three of its rows had been read: the same recordings, periods no set uses, seed 19.
 HELD_OUT_19_PERIODS = (0.056, 0.096, 0.127, 0.163, 0.243, 0.362, 0.448)
+# A twentieth, fixed (2026-12-07, twenty-first session) before any rule of that session, once the off>5% rows of
+# held-out-16..19 had been read: the same recordings, periods no set uses, seed 20.
+HELD_OUT_20_PERIODS = (0.063, 0.091, 0.137, 0.176, 0.258, 0.348, 0.438)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -153,6 +157,7 @@ HELD_OUT_SETS = {
     "held-out-17": (HELD_OUT_4, HELD_OUT_17_PERIODS, 17),
     "held-out-18": (HELD_OUT_4, HELD_OUT_18_PERIODS, 18),
     "held-out-19": (HELD_OUT_4, HELD_OUT_19_PERIODS, 19),
+    "held-out-20": (HELD_OUT_4, HELD_OUT_20_PERIODS, 20),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
