@@ -28,10 +28,10 @@ twelfth session's, a fourteenth, "held-out-12", before the thirteenth session's,
 before the fourteenth session's, a sixteenth, "held-out-14", before the fifteenth session's, a seventeenth,
 "held-out-15", before the sixteenth session's, an eighteenth, "held-out-16", before that session's second rule,
 a nineteenth, "held-out-17", before the eighteenth session's, a twentieth, "held-out-18", before the
-nineteenth session's, a twenty-first, "held-out-19", before the twentieth session's, and a twenty-second,
-"held-out-20", before the twenty-first session's.
+nineteenth session's, a twenty-first, "held-out-19", before the twentieth session's, a twenty-second,
+"held-out-20", before the twenty-first session's, and a twenty-third, "held-out-21", before the twenty-second's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..20|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..21|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -136,6 +136,10 @@ HELD_OUT_19_PERIODS = (0.056, 0.096, 0.127, 0.163, 0.243, 0.362, 0.448)
 # A twentieth, fixed (2026-12-07, twenty-first session) before any rule of that session, once the off>5% rows of
 # held-out-16..19 had been read: the same recordings, periods no set uses, seed 20.
 HELD_OUT_20_PERIODS = (0.063, 0.091, 0.137, 0.176, 0.258, 0.348, 0.438)
+# A twenty-first, fixed (2026-12-07, twenty-second session) before that session's measurement of the branch's two
+# steps (docs/jitter.md, session 24), once held-out-20's rows had been read: the same recordings, periods no set
+# uses, seed 21.
+HELD_OUT_21_PERIODS = (0.061, 0.094, 0.143, 0.181, 0.262, 0.352, 0.442)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -158,6 +162,7 @@ HELD_OUT_SETS = {
     "held-out-18": (HELD_OUT_4, HELD_OUT_18_PERIODS, 18),
     "held-out-19": (HELD_OUT_4, HELD_OUT_19_PERIODS, 19),
     "held-out-20": (HELD_OUT_4, HELD_OUT_20_PERIODS, 20),
+    "held-out-21": (HELD_OUT_4, HELD_OUT_21_PERIODS, 21),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
