@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
 from gpoeo_rt.bench.replay import hold_replay, profile_replay
-from gpoeo_rt.detection import detect_period
+from gpoeo_rt.controller.controller import Controller
+from gpoeo_rt.detection import PeriodEstimate, detect_period
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
+from gpoeo_rt.sampling import PowerWindow
 from gpoeo_rt.tracefile import read_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "data/traces/h200"
@@ -20,6 +23,21 @@ TRACES = Path(__file__).resolve().parents[2] / "data/traces/h200"
 # stalls end with a ~20 ms rise (test_synthetic_stalls_end_as_recorded_ones_do); with it most of these starts
 # resolve by another path (one 1.4 s later), and the older construct still exercises each rule.
 INSTANT_RISE = 0.0
+
+
+def _taken(monkeypatch: pytest.MonkeyPatch, path: str) -> list[object]:
+    """What the controller's `path` (a method that returns None where it does not apply) returned where it applied:
+    a mechanism test checks that its start still reaches its path."""
+    taken: list[object] = []
+    original = getattr(Controller, path)
+
+    def spy(self: Controller, *args: object, **kwargs: object) -> object:
+        if (result := original(self, *args, **kwargs)) is not None:
+            taken.append(result)
+        return result
+
+    monkeypatch.setattr(Controller, path, spy)
+    return taken
 
 
 def _job(tmp_path: Path, period_s: float, jitter: float, tail: str = "uniform") -> Path:
@@ -80,20 +98,26 @@ def test_a_matched_template_segments_iterations_with_long_stalls(tmp_path: Path)
 def test_heavy_tailed_stalls_that_inflate_the_spread_of_the_samples_still_segment(tmp_path: Path) -> None:
     """+-50% heavy-tailed stalls on 150 ms iterations: the stalls, now and then several iterations long, spread
     the samples so that the drop to the stall level is only ~1.2 of their stds, where aliases reach 1.4; against
-    the template's misfit over the bursts it is 4-14 (aliases at most 5.4), and every window segments."""
+    the template's misfit over the bursts it is 4-14 (aliases at most 5.4). Of the 12 s windows every 5 s, all but
+    one segment, each within 2% (on 8 such jobs 64 of 72 windows; 54 before the count's phase ran on through quiet
+    stretches at the bursts' level, docs/jitter.md, session 25; this test's four chosen windows hid a miss then)."""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.15, 0.5, "heavy", duration_s=60.0)
     make_jittered_trace(spec, tmp_path / "job")
     trace = read_trace(tmp_path / "job")
     assert trace.iterations is not None
     t, p, ends = trace.power.t_s, trace.power.power_w, trace.iterations.t_s
-    errors = []
-    for start in (1005.0, 1020.0, 1035.0, 1045.0):
+    errors, missed = [], []
+    for start in np.arange(1005.0, 1046.0, 5.0):
         m = (t >= start) & (t < start + 12.0)
         est = detect_period(t[m], p[m])
         inside = ends[(ends >= start) & (ends <= start + 12.0)]
         truth = (inside[-1] - inside[0]) / (len(inside) - 1)
-        assert est.method == "template" and est.period_s is not None, est.message
+        if est.period_s is None:
+            missed.append((float(start), est.message))
+            continue
+        assert est.method == "template", (start, est.message)
         errors.append(abs(est.period_s / truth - 1.0))
+    assert len(missed) <= 1, missed
     assert max(errors) < 0.02, errors
 
 
@@ -209,42 +233,47 @@ def test_holding_a_jittery_job_declares_no_phase_change(tmp_path: Path, predicto
     assert run.events.get("hold", 0) >= 20 and run.phase_changes == 0, run.events
 
 
-def test_windows_too_short_to_count_alone_are_counted_as_one_run(tmp_path: Path, predictor: Predictor) -> None:
+def test_windows_too_short_to_count_alone_are_counted_as_one_run(
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 200 ms +-30% job: the 3 s and 6 s windows each fail alone (their folds wander); segmented over both (9 s,
-    45 iterations of 10 samples) they stand alone: a baseline 9 s in (before: a candidate that a second 9 s window
-    confirmed, 18 s in; before the run: a 12 s window, then another, 33 s in: after the target's 20 s)."""
+    45 iterations of 10 samples) they stand alone: a baseline 9 s in (before the run: a candidate that a second 9 s
+    window confirmed, 18 s in, or a 12 s window, then another, 33 s in: after the target's 20 s; from this start
+    before the count's phase ran on through quiet stretches, a 12 s window 2.4% off). (From 0.5 s, the
+    start this test used before, the 3 s window's count now runs on through quiet stretches and fails to pair:
+    15 s; docs/jitter.md, session 25.)"""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.2, 0.3, rise_tau_s=INSTANT_RISE)
     make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
+    start = 1000.0 + spec.lead_s + 5.9
+    runs = _taken(monkeypatch, "_run_alone")
     o = profile_replay(tmp_path / "job", start, predictor)
-    assert o.events == ("no_period", "baseline:197.9"), o.events
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "baseline"] and len(runs) == 1, o.events
     assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
     assert o.window_error is not None and abs(o.window_error) < 0.02
 
 
-def test_a_fold_and_a_count_of_one_jittery_job_pair_where_their_joint_count_agrees(
-    tmp_path: Path, predictor: Predictor
+def test_a_counted_candidate_is_confirmed_by_36_of_its_periods(
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 100 ms +-10% job folds in one window and counts in the next: two kinds of evidence, which pair only where
-    the count over both windows agrees with each within 2% (before: 24 s of windows alternating fold and count)."""
-    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.1)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
-    assert o.window_error is not None and abs(o.window_error) < 0.02
-
-
-def test_a_counted_candidate_is_confirmed_by_36_of_its_periods(tmp_path: Path, predictor: Predictor) -> None:
-    """A 100 ms +-10% job counted over a 6 s window (60 iterations): the second window holds 36 periods (3.6 s),
+    """A 100 ms +-30% job counted over a 6 s window (60 iterations): the second window holds 36 periods (3.6 s),
     as many as a count needs, not the 6 s the schedule happened to give the first (without the cap: a 6 s second
-    window, counted 1.3% apart, then a third: 21 s). Never shorter than the first window (3 s)."""
-    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.1, rise_tau_s=INSTANT_RISE)
+    window). Never shorter than the first window (3 s). (The +-10% job this test used before now counts in its
+    first 3 s window: docs/jitter.md, session 25.)"""
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.3, rise_tau_s=INSTANT_RISE)
     make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 21.7
+    start = 1000.0 + spec.lead_s + 17.9
+    second = Controller._counted_second_window
+    capped: list[float] = []
+
+    def spy(self: Controller, candidate_s: float, period_s: float) -> float:
+        if (length_s := second(self, candidate_s, period_s)) < candidate_s:
+            capped.append(length_s)
+        return length_s
+
+    monkeypatch.setattr(Controller, "_counted_second_window", spy)
     o = profile_replay(tmp_path / "job", start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
-    assert o.concluded_s - start == pytest.approx(9.0 + 36 * 0.1, abs=0.2)
+    assert capped and o.concluded_s - start == pytest.approx(9.0 + 36 * 0.1, abs=0.2), (capped, o.events)
     assert o.window_error is not None and abs(o.window_error) < 0.02
 
 
@@ -314,18 +343,22 @@ def test_a_run_whose_windows_did_not_pair_stands_alone_as_one(tmp_path: Path, pr
 
 
 def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_confirms_it(
-    tmp_path: Path, predictor: Predictor
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """160 ms +-10% uniform stalls, 17.3 s in: a fold is followed by a window whose phase diffused (it neither
-    folds nor counts alone); the count over both windows confirms the fold: a baseline 15 s in (without the rule:
-    two more windows, 32.8 s in). (The heavy-tailed job's start this test used before now pairs its first two
-    folds, 6% apart, by their measured spread: test_two_folds_of_a_jittery_job_pair_within_what_chance_allows.)"""
+    """160 ms +-10% uniform stalls, 6.3 s in: a fold is followed by a window whose phase diffused (it neither
+    folds nor counts alone); the count over both windows confirms the fold: a baseline 6.2 s in (before the count's
+    phase ran on through quiet stretches at the bursts' level: 42.6 s). (The start this
+    test used before, 17.3 s, now pairs a window without a period and a fold the other way round
+    (`_none_then_fold`), 9 s in, where it took 15 s; docs/jitter.md, session 25. Before that, the heavy-tailed job's
+    start it used pairs its first two folds, 6% apart, by their measured spread:
+    test_two_folds_of_a_jittery_job_pair_within_what_chance_allows.)"""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "uniform", duration_s=60.0, rise_tau_s=INSTANT_RISE)
     make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 17.3
+    start = 1000.0 + spec.lead_s + 6.3
+    confirmed = _taken(monkeypatch, "_fold_then_count")
     o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
-    assert o.concluded_s - start <= 15.5 and o.window_error is not None and abs(o.window_error) < 0.01
+    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "baseline"] and len(confirmed) == 1, o.events
+    assert o.concluded_s - start <= 6.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
 def test_two_folds_of_a_jittery_job_pair_within_what_chance_allows(tmp_path: Path, predictor: Predictor) -> None:
@@ -444,15 +477,30 @@ def test_profiling_takes_the_count_only_with_an_energy_counter_that_varies_as_th
     assert flat.conclusion != "baseline", flat.events
 
 
-def test_a_pair_of_counted_windows_is_refined_by_a_segmentation_over_both(tmp_path: Path, predictor: Predictor) -> None:
-    """Held-out-18, 89 ms, +-30% heavy-tailed, 14.1 s in: a 3 s window counts 101.9 ms (merged cycles; truth 88.0),
-    the next segments 92.6 ms (truth 91.5); they agree within what chance allows. Narrowed to +-10% of their mean the
-    search over both finds nothing (its floor passes for the sampling's), and their average was 8.1% long; the
-    segmentation over both by the detector's own search is 90.1 ms (truth 90.0)."""
+def test_a_pair_of_counted_windows_is_refined_by_a_segmentation_over_both(
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held-out-18, 89 ms, +-30% heavy-tailed, 10.7 s in: a 3 s window counts 90.0 ms, the next agrees. Narrowed to
+    +-10% of their mean the search over both finds nothing (its floor passes for the sampling's); the segmentation
+    over both by the detector's own search gives the baseline, 89.7 ms (-0.04%; before the count's phase ran on
+    through quiet stretches at the bursts' level, 24.2 s in). (From 14.1 s, the start this test used before, a 3 s
+    window counted 101.9 ms of merged cycles, and this path refined it to +0.21%; that window's count now runs on,
+    and its candidates pair with none: docs/jitter.md, session 25.)"""
     spec = JitterSpec(TRACES.parent / "h200-live/resnet_128_20", 0, 0.089, 0.3, "heavy", seed=18)
     make_jittered_trace(spec, tmp_path / "job")
-    o = profile_replay(tmp_path / "job", 1000.0 + spec.lead_s + 14.1, predictor)
+    segmented: list[float] = []
+    estimate = Controller._estimate
+
+    def spy(self: Controller, windows: list[PowerWindow], **kwargs: Any) -> PeriodEstimate:
+        est = estimate(self, windows, **kwargs)
+        if len(windows) == 2 and "min_period_s" not in kwargs and est.method == "template" and est.period_s:
+            segmented.append(est.period_s)  # the segmentation over both, by the detector's own search
+        return est
+
+    monkeypatch.setattr(Controller, "_estimate", spy)
+    o = profile_replay(tmp_path / "job", 1000.0 + spec.lead_s + 10.7, predictor)
     assert o.conclusion == "baseline" and o.window_error is not None and abs(o.window_error) < 0.02, o.events
+    assert segmented and o.period_s == segmented[-1], (segmented, o.events)
 
 
 def test_a_pair_of_counted_windows_is_not_refined_by_a_count_over_both(tmp_path: Path, predictor: Predictor) -> None:
@@ -462,3 +510,17 @@ def test_a_pair_of_counted_windows_is_not_refined_by_a_count_over_both(tmp_path:
     make_jittered_trace(spec, tmp_path / "job")
     o = profile_replay(tmp_path / "job", 1000.0 + spec.lead_s + 0.5, predictor)
     assert o.conclusion == "baseline" and o.window_error is not None and abs(o.window_error) < 0.04, o.events
+
+
+@pytest.mark.parametrize(("period_s", "start_s"), [(0.163, 0.5), (0.362, 7.3)])
+def test_a_stretch_whose_samples_miss_the_iteration_dips_is_no_stall(
+    tmp_path: Path, predictor: Predictor, period_s: float, start_s: float
+) -> None:
+    """held-out-19's +-10% transformers: for an iteration or two the 50 Hz samples miss the short dips between
+    iterations, so the band-passed amplitude fades while the power stays at its usual level. Taken as a stall, each
+    such stretch lost a cycle: baselines 8.6% and 6.3% long (c5dccbb). Only a quiet stretch at a stall's level is."""
+    spec = JitterSpec(TRACES.parent / "h200-live/gpt_64", 0, period_s, 0.1, "uniform", seed=19)
+    make_jittered_trace(spec, tmp_path / "job")
+    o = profile_replay(tmp_path / "job", 1000.0 + spec.lead_s + start_s, predictor)
+    assert o.conclusion == "baseline", o.events
+    assert abs(o.window_error or 1.0) <= 0.02, (o.events, o.window_error)

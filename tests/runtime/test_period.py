@@ -404,17 +404,12 @@ def test_a_count_advances_at_most_a_cycle_through_a_stall() -> None:
         assert counted is not None and counted[0] == pytest.approx((40 * 8 + 16) * 0.02 / 40, rel=0.01), seed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the count takes a quiet stretch at the bursts' level for a stall (docs/jitter.md, session 24; fixed on "
-    "branch s24-quiet-stretch, not landed)",
-)
 def test_a_count_runs_on_where_samples_miss_the_dips_between_iterations() -> None:
     """Where the 50 Hz samples miss the short dips between iterations (held-out-19's +-10% transformers) the
-    band-passed signal fades at the bursts' level: no wait, so the count's phase should run on (taken for a stall,
-    it loses a cycle: +2.9 to +5.6% here, 8.6% on a held-out-19 baseline). It rings at the band's centre, a little
-    faster than the cycles, so three undipped iterations may gain up to half a cycle (-2.6% on the branch), or the
-    counts at two band centres disagree and there is none (docs/jitter.md, session 24)."""
+    band-passed signal fades at the bursts' level: no wait, so the count's phase runs on (taken for a stall, it
+    lost a cycle: +2.9 to +5.6% here, 8.6% on a held-out-19 baseline). It rings at the band's centre, a little
+    faster than the cycles, so three undipped iterations may gain up to half a cycle (-2.6% here), or the counts
+    at two band centres disagree and there is none (docs/jitter.md, session 24)."""
     counts = []
     for seed in range(6):
         t, p = _dipped_job(seed, range(12 + seed, 15 + seed), None)

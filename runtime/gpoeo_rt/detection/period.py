@@ -1182,7 +1182,7 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | 
     f0 = 1.0 / period
     gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (band * f0)) ** 4), 0.0)
     z = np.fft.ifft(spectrum * gain)[:n]
-    phase = _stall_aware_phase(z, _stalls(y, period / dt))
+    phase = _stall_aware_phase(z, y, period / dt)
     var = float(y.var())
     if var <= 0:
         return None
@@ -1321,6 +1321,16 @@ def _count_cycles(
         if seg.cycles >= cfg.template_min_cycles and t_lo <= seg.period <= t_hi:
             return _segmented_period(failed, seg, f"{disagree}; {failed.message}", _stands_alone(y, dt, seg, cfg))
         return replace(failed, message=f"{failed.message}; {disagree} ({seg.cycles} iterations): no count")
+    # Count and template agree: where the template's iterations stand alone, so does its estimate (a count alone
+    # waits for a second window; docs/jitter.md, session 24).
+    if (
+        seg is not None
+        and seg.cycles >= cfg.template_min_cycles
+        and t_lo <= seg.period <= t_hi
+        and _stands_alone(y, dt, seg, cfg)
+    ):
+        agree = f"counted {c.period * 1e3:.1f} ms, and a matched template agrees"
+        return _segmented_period(failed, seg, f"{agree}; {failed.message}", True)
     conf = min(1.0, c.phase_r2 / 0.7) ** 0.5 * max(0.0, 1.0 - c.spread) * 0.8
     answered = f"; the energy counter shows the variation, so not an alias: {', '.join(c.waived)}" if c.waived else ""
     message = (
@@ -1357,29 +1367,40 @@ def _mean_period(
     )
 
 
+def _wait_level(y: FloatArray) -> float:
+    """Under this the power is at a stall's level (the waits' samples sit near idle, far under a burst's)."""
+    return float(y.mean()) - 0.8 * float(y.std())
+
+
 def _stalls(y: FloatArray, samples_per_cycle: float) -> npt.NDArray[np.bool_]:
-    """Samples inside a long stall: the power's mean over 0.6 cycle stays well under its overall mean."""
+    """Samples inside a long stall: the power's mean over 0.6 cycle stays under the wait level."""
     k = max(2, round(0.6 * samples_per_cycle))
     if len(y) < 2 * k:
         return np.zeros(len(y), dtype=bool)
     mean = np.convolve(y, np.ones(k) / k, mode="same")
-    return np.asarray(mean < float(y.mean()) - 0.8 * float(y.std()), dtype=bool)
+    return np.asarray(mean < _wait_level(y), dtype=bool)
 
 
-def _stall_aware_phase(z: npt.NDArray[np.complex128], stalled: npt.NDArray[np.bool_], quiet: float = 0.3) -> FloatArray:
-    """Unwrapped phase of the analytic signal z, except across stalls and quiet stretches (amplitude under `quiet`
-    x its median): a long host stall is the wait of one iteration, but the band-passed signal keeps ringing
-    through it at the band's frequency and would count phantom cycles. Across such a stretch the phase advances
-    only by what brings it to where it is afterwards, less whole turns (at most one cycle)."""
+def _stall_aware_phase(z: npt.NDArray[np.complex128], y: FloatArray, samples_per_cycle: float) -> FloatArray:
+    """Unwrapped phase of the analytic signal z of y, except across waits: a long host stall is the wait of one
+    iteration, but the band-passed signal keeps ringing through it at the band's frequency and would count
+    phantom cycles. Across a stall (_stalls), or a quiet stretch (amplitude under 0.3 x its median) whose power is
+    at the wait level, the phase advances only by what brings it to where it is afterwards, less whole turns (at
+    most one cycle). A quiet stretch at the bursts' level is no wait: there the 50 Hz samples missed the short
+    dips between iterations (docs/jitter.md, session 24), and the phase runs on through it."""
     phase = np.unwrap(np.angle(z))
     amp = np.abs(z)
-    low = (amp < quiet * float(np.median(amp))) | stalled
+    stalled = _stalls(y, samples_per_cycle)
+    low = (amp < 0.3 * float(np.median(amp))) | stalled
     if not low.any():
         return np.asarray(phase, dtype=np.float64)
     step = np.diff(phase)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], low.astype(np.int8), [0]))))
+    wait_level = _wait_level(y)
     for a, b in zip(edges[::2], edges[1::2], strict=True):
-        # Samples a..b-1 are quiet: the steps from a-1 to b (clipped to the signal) become one step.
+        if not stalled[a:b].any() and float(y[a:b].mean()) >= wait_level:
+            continue
+        # Samples a..b-1 are a wait: the steps from a-1 to b (clipped to the signal) become one step.
         i, j = max(a - 1, 0), min(b, len(phase) - 1)
         if j <= i:
             continue
@@ -1480,7 +1501,7 @@ def _initial_boundaries(y: FloatArray, dt: float, period: float) -> FloatArray:
     f0 = 1.0 / (0.85 * period)
     gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (0.3 * f0)) ** 4), 0.0)
     z = np.fft.ifft(np.fft.fft(y - y.mean(), nfft) * gain)[:n]
-    phase = _stall_aware_phase(z, _stalls(y, period / dt))
+    phase = _stall_aware_phase(z, y, period / dt)
     bins = 24
     which = ((phase % (2.0 * math.pi)) / (2.0 * math.pi) * bins).astype(int) % bins
     counts = np.bincount(which, minlength=bins)
