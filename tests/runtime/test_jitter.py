@@ -252,6 +252,19 @@ def test_windows_too_short_to_count_alone_are_counted_as_one_run(
     assert o.window_error is not None and abs(o.window_error) < 0.02
 
 
+def test_a_fold_and_a_count_of_one_jittery_job_pair_where_their_joint_count_agrees(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """A 100 ms +-10% job folds in one window and counts in the next: two kinds of evidence, which pair only where
+    the count over both windows agrees with each within 2% (before: 24 s of windows alternating fold and count)."""
+    spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.1)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
+    assert o.window_error is not None and abs(o.window_error) < 0.02
+
+
 def test_a_counted_candidate_is_confirmed_by_36_of_its_periods(
     tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
