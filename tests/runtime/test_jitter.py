@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +13,9 @@ import pytest
 from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
 from gpoeo_rt.bench.replay import hold_replay, profile_replay
 from gpoeo_rt.controller.controller import Controller
-from gpoeo_rt.detection import PeriodEstimate, detect_period
+from gpoeo_rt.detection import detect_period
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
-from gpoeo_rt.sampling import PowerWindow
 from gpoeo_rt.tracefile import read_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "data/traces/h200"
@@ -25,14 +25,23 @@ TRACES = Path(__file__).resolve().parents[2] / "data/traces/h200"
 INSTANT_RISE = 0.0
 
 
-def _taken(monkeypatch: pytest.MonkeyPatch, path: str) -> list[object]:
-    """What the controller's `path` (a method that returns None where it does not apply) returned where it applied:
-    a mechanism test checks that its start still reaches its path."""
-    taken: list[object] = []
+def _returned(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    return result is not None
+
+
+def _taken(
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    applied: Callable[[Any, tuple[Any, ...], dict[str, Any]], object] = _returned,
+) -> list[Any]:
+    """What the controller's method `path` returned where it applied (`applied(result, args, kwargs)`; by default:
+    it returned something, not None): a mechanism test checks that its start still reaches its path."""
+    taken: list[Any] = []
     original = getattr(Controller, path)
 
-    def spy(self: Controller, *args: object, **kwargs: object) -> object:
-        if (result := original(self, *args, **kwargs)) is not None:
+    def spy(self: Controller, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if applied(result, args, kwargs):
             taken.append(result)
         return result
 
@@ -275,15 +284,7 @@ def test_a_counted_candidate_is_confirmed_by_36_of_its_periods(
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.3, rise_tau_s=INSTANT_RISE)
     make_jittered_trace(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 17.9
-    second = Controller._counted_second_window
-    capped: list[float] = []
-
-    def spy(self: Controller, candidate_s: float, period_s: float) -> float:
-        if (length_s := second(self, candidate_s, period_s)) < candidate_s:
-            capped.append(length_s)
-        return length_s
-
-    monkeypatch.setattr(Controller, "_counted_second_window", spy)
+    capped = _taken(monkeypatch, "_counted_second_window", lambda length_s, args, _: length_s < args[0])
     o = profile_replay(tmp_path / "job", start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
     assert capped and o.concluded_s - start == pytest.approx(9.0 + 36 * 0.1, abs=0.2), (capped, o.events)
@@ -501,19 +502,17 @@ def test_a_pair_of_counted_windows_is_refined_by_a_segmentation_over_both(
     and its candidates pair with none: docs/jitter.md, session 25.)"""
     spec = JitterSpec(TRACES.parent / "h200-live/resnet_128_20", 0, 0.089, 0.3, "heavy", seed=18)
     make_jittered_trace(spec, tmp_path / "job")
-    segmented: list[float] = []
-    estimate = Controller._estimate
-
-    def spy(self: Controller, windows: list[PowerWindow], **kwargs: Any) -> PeriodEstimate:
-        est = estimate(self, windows, **kwargs)
-        if len(windows) == 2 and "min_period_s" not in kwargs and est.method == "template" and est.period_s:
-            segmented.append(est.period_s)  # the segmentation over both, by the detector's own search
-        return est
-
-    monkeypatch.setattr(Controller, "_estimate", spy)
+    # The segmentation over both windows, by the detector's own search (no bounds).
+    segmented = _taken(
+        monkeypatch,
+        "_estimate",
+        lambda est, args, kwargs: (
+            len(args[0]) == 2 and "min_period_s" not in kwargs and est.method == "template" and est.period_s
+        ),
+    )
     o = profile_replay(tmp_path / "job", 1000.0 + spec.lead_s + 10.7, predictor)
     assert o.conclusion == "baseline" and o.window_error is not None and abs(o.window_error) < 0.02, o.events
-    assert segmented and o.period_s == segmented[-1], (segmented, o.events)
+    assert segmented and o.period_s == segmented[-1].period_s, (segmented, o.events)
 
 
 def test_a_pair_of_counted_windows_is_not_refined_by_a_count_over_both(tmp_path: Path, predictor: Predictor) -> None:
