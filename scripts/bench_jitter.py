@@ -29,10 +29,11 @@ before the fourteenth session's, a sixteenth, "held-out-14", before the fifteent
 "held-out-15", before the sixteenth session's, an eighteenth, "held-out-16", before that session's second rule,
 a nineteenth, "held-out-17", before the eighteenth session's, a twentieth, "held-out-18", before the
 nineteenth session's, a twenty-first, "held-out-19", before the twentieth session's, a twenty-second,
-"held-out-20", before the twenty-first session's, a twenty-third, "held-out-21", before the twenty-second's, and a
-twenty-fourth, "held-out-22", before that session's second rule.
+"held-out-20", before the twenty-first session's, a twenty-third, "held-out-21", before the twenty-second's, a
+twenty-fourth, "held-out-22", before that session's second rule, and a twenty-fifth, "held-out-23", before the
+twenty-third session's.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..22|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..23|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ HELD_OUT_21_PERIODS = (0.061, 0.094, 0.143, 0.181, 0.262, 0.352, 0.442)
 # A twenty-second, fixed in the same session after the landed rule's one start more than 5% off on held-out-21 had
 # been read, before a rule for it was measured: the same recordings, periods no set uses, seed 22.
 HELD_OUT_22_PERIODS = (0.066, 0.099, 0.147, 0.186, 0.268, 0.357, 0.458)
+# A twenty-third, fixed (twenty-third session) before its rule for late steady starts was measured, once
+# held-out-21's and -22's rows had been read: the same recordings, periods no set uses, seed 23.
+HELD_OUT_23_PERIODS = (0.064, 0.086, 0.139, 0.191, 0.272, 0.368, 0.462)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -168,6 +172,7 @@ HELD_OUT_SETS = {
     "held-out-20": (HELD_OUT_4, HELD_OUT_20_PERIODS, 20),
     "held-out-21": (HELD_OUT_4, HELD_OUT_21_PERIODS, 21),
     "held-out-22": (HELD_OUT_4, HELD_OUT_22_PERIODS, 22),
+    "held-out-23": (HELD_OUT_4, HELD_OUT_23_PERIODS, 23),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
