@@ -19,7 +19,6 @@ from gpoeo_rt.detection.period import (
     min_resolvable_period,
     period_persists,
     prepare_signal,
-    stall_share,
     window_for_periods,
 )
 from gpoeo_rt.detection.phase import ChangeVerdict, has_changed, phase_persists
@@ -50,6 +49,5 @@ __all__ = [
     "period_persists",
     "phase_persists",
     "prepare_signal",
-    "stall_share",
     "window_for_periods",
 ]
