@@ -12,6 +12,7 @@ import pytest
 
 from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
 from gpoeo_rt.bench.replay import hold_replay, profile_replay
+from gpoeo_rt.controller import controller as controller_module
 from gpoeo_rt.controller.controller import Controller
 from gpoeo_rt.detection import detect_period
 from gpoeo_rt.prediction.predictor import Predictor
@@ -373,6 +374,51 @@ def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_co
     o = profile_replay(tmp_path / "job", start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["period_candidate", "baseline"] and len(confirmed) == 1, o.events
     assert o.concluded_s - start <= 6.5 and o.window_error is not None and abs(o.window_error) < 0.01
+
+
+def test_a_fold_then_a_window_that_strays_in_one_sub_window_pair_where_both_fold_as_one(
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A steady 186 ms GPT (fold r2 0.2-0.3): the 6 s window after the candidate's does not fold on one period in
+    its 1.2 s sub-windows (one gives 207 ms). Both windows as one fold at the candidate's period in every 2.4 s
+    sub-window: a baseline 15 s in, within 0.5% (before: a 12 s and a 24 s window, 39 s; held-out-22)."""
+    spec = JitterSpec(TRACES / "gpt_64", 0, 0.186, 0.0, seed=22)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    paired = _taken(monkeypatch, "_fold_over_both")
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
+    assert len(paired) == 1
+    assert o.concluded_s - start <= 15.5 and o.window_error is not None and abs(o.window_error) < 0.005
+
+
+def test_a_fold_then_a_window_in_long_waits_is_not_paired_by_their_fold(
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start above where both windows as one would spend more than period_agreement of their samples in long
+    host stalls (`stall_share`): a fold lines up the typical iteration, so the mean can be that much longer
+    (held-out-24's 101 ms +-50% heavy-tailed job: 10%, the fold 6% short). The pair is refused; profiling goes
+    on."""
+    spec = JitterSpec(TRACES / "gpt_64", 0, 0.186, 0.0, seed=22)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    paired = _taken(monkeypatch, "_fold_over_both")
+    monkeypatch.setattr(controller_module, "stall_share", lambda *args, **kwargs: 0.05)
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert not paired and [e.split(":")[0] for e in o.events][:3] != ["no_period", "period_candidate", "baseline"]
+
+
+def test_a_window_shorter_than_the_candidates_is_not_paired_by_their_fold(tmp_path: Path, predictor: Predictor) -> None:
+    """A steady 181 ms GPT whose waveform nearly repeats every half iteration, 7.3 s in: the first 3 s fold at
+    89.8 ms, the 2 s after them fail, and both as one fold at 89.8 ms too. A window shorter than the candidate's
+    adds less evidence than the candidate had: no pair (taken, the baseline was 50% short). The next 6 s fold at
+    180 ms: a baseline within 1%, 15.4 s in."""
+    spec = JitterSpec(TRACES.parent / "h200-live/gpt_64", 0, 0.181, 0.0, seed=21)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 7.3
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "no_period", "period_candidate", "baseline"]
+    assert o.window_error is not None and abs(o.window_error) < 0.01
 
 
 def test_two_folds_of_a_jittery_job_pair_within_what_chance_allows(tmp_path: Path, predictor: Predictor) -> None:

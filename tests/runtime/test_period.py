@@ -23,6 +23,7 @@ from gpoeo_rt.detection.period import (
     fold_r2,
     min_resolvable_period,
     prepare_signal,
+    stall_share,
     window_for_periods,
 )
 from gpoeo_rt.tracefile import read_polled, read_trace
@@ -380,6 +381,24 @@ def test_counted_period_near_a_fold_gives_the_mean_where_long_stalls_shorten_the
     assert counted is not None and counted[0] == pytest.approx(float(truth), rel=0.005)
     t, p, truth = _stall_job(0.08, 0.0, seed=2)
     assert counted_period_near(t, p, 0.08) is None
+
+
+def _waiting_job(extra_s: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """12 s at 50 Hz of a steady 100 ms job (80 ms of compute, 700 W falling to 400 W, then 125 W), where iteration
+    i waits extra_s[i] more."""
+    rng = np.random.default_rng(3)
+    starts = np.cumsum([0.0] + [0.1 + extra_s.get(i, 0.0) for i in range(200)])
+    t = np.arange(0.0, 12.0, DT)
+    tau = t - starts[np.searchsorted(starts, t, side="right") - 1]
+    return t, np.where(tau < 0.08, 700.0 - 300.0 * tau / 0.08, 125.0) + rng.normal(0.0, 5.0, len(t))
+
+
+def test_stall_share_is_the_time_in_long_waits() -> None:
+    """A 1.2 s wait holds 10% of a 12 s window, two of them 20%; the steady job's own short waits (20 ms, under 0.6
+    cycle) are no stall; an unusable signal: None."""
+    for extra, share in (({85: 1.2}, 0.1), ({25: 1.2, 85: 1.2}, 0.2), ({}, 0.0)):
+        assert stall_share(*_waiting_job(extra), 0.1) == pytest.approx(share, abs=0.01), extra
+    assert stall_share(np.arange(10.0), np.ones(10), 0.1) is None
 
 
 def _dipped_job(seed: int, undipped: range, stall_at: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ from gpoeo_rt.detection.period import (
     min_resolvable_period,
     period_persists,
     prepare_signal,
+    stall_share,
     window_for_periods,
 )
 from gpoeo_rt.detection.phase import ChangeVerdict, has_changed, phase_persists
@@ -49,5 +50,6 @@ __all__ = [
     "period_persists",
     "phase_persists",
     "prepare_signal",
+    "stall_share",
     "window_for_periods",
 ]

@@ -1865,6 +1865,21 @@ def _segmented_period(failed: PeriodEstimate, s: _Segmentation, note: str, alone
     return replace(est, stands_alone=alone)
 
 
+def stall_share(
+    t_s: npt.ArrayLike, power_w: npt.ArrayLike, period_s: float, *, config: DetectorConfig | None = None
+) -> float | None:
+    """The share of a window's samples inside long stalls (`_stalls`: 0.6 cycle of `period_s` under the wait level),
+    on the window detrended as a count's is; None where the signal is unusable. A fold lines up the typical
+    iteration, so the mean iteration time can be longer than a fold by up to about this share."""
+    cfg = config or DetectorConfig()
+    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
+    seg = prep.longest
+    if seg is None or seg.n < 32 or not period_s > 0:
+        return None
+    y = _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
+    return float(_stalls(y, period_s / seg.dt_s).mean())
+
+
 def counted_period_near(
     t_s: npt.ArrayLike,
     power_w: npt.ArrayLike,
