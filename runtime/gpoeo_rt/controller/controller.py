@@ -779,10 +779,10 @@ class Controller:
         if rest_s < length_s:
             self._prof_window_s, self._prof_longer = rest_s, _LongerWindow(length_s)
 
-    def _fold_then_count(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
-        """A folded candidate, then a touching window without a period: a +-10% job's phase diffuses over the
-        longer second window, which then neither folds nor counts on its own. The count over both windows near
-        the candidate (`count_confirms`), within period_agreement of it, pairs them; the count is the period."""
+    def _fold_candidate_before(self, m: _Measured) -> tuple[tuple[_Measured, PowerWindow], float] | None:
+        """The candidate (and its period) that a window without a period follows, where the pairs over both
+        windows apply: a fold on the power signal, then a failure on it that a count or a longer fold could still
+        resolve."""
         prev, est = self._prof_prev, m.estimate
         if (
             prev is None
@@ -791,9 +791,18 @@ class Controller:
             or prev[0].timing != SIGNAL
             or est.timing != SIGNAL
             or est.verdict not in COUNTABLE_VERDICTS
-            or (counted := self._joint_count(prev[1], window, (prev[0].period_s, prev[0].period_s))) is None
         ):
             return None
+        return prev, prev[0].period_s
+
+    def _fold_then_count(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
+        """A folded candidate, then a touching window without a period: a +-10% job's phase diffuses over the
+        longer second window, which then neither folds nor counts on its own. The count over both windows near
+        the candidate (`count_confirms`), within period_agreement of it, pairs them; the count is the period."""
+        found, est = self._fold_candidate_before(m), m.estimate
+        if found is None or (counted := self._joint_count(found[0][1], window, (found[1], found[1]))) is None:
+            return None
+        prev = found[0]
         as_count = _as_counted(est, counted, prev[0].estimate.confidence)
         both = [*self._prof_counters, dict(window.counters.features)]
         return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
@@ -805,19 +814,10 @@ class Controller:
         candidate and passes every check (its sub-windows twice as long). As long: the window adds as much evidence
         as the candidate's (a steady 181 ms GPT whose waveform nearly repeats every half iteration folds at 90 ms
         over 3 s and over those 3 s with the 2 s after them; over 6 s at 180 ms)."""
-        prev, est = self._prof_prev, m.estimate
-        if (
-            prev is None
-            or prev[0].period_s is None
-            or prev[0].estimate.method != "fold"
-            or prev[0].timing != SIGNAL
-            or est.timing != SIGNAL
-            or est.verdict not in COUNTABLE_VERDICTS
-            or not _touches(prev[1], window)
-            or window.duration_s < 0.95 * prev[1].duration_s
-        ):
+        found = self._fold_candidate_before(m)
+        if found is None or not _touches(found[0][1], window) or window.duration_s < 0.95 * found[0][1].duration_s:
             return None
-        period, agreement = prev[0].period_s, self.config.period_agreement
+        (prev, period), agreement = found, self.config.period_agreement
         both = merge_windows([prev[1], window])
         joint = self._estimate([both], timing=SIGNAL)
         if (

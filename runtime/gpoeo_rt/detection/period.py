@@ -1871,13 +1871,22 @@ def stall_share(
     """The share of a window's samples inside long stalls (`_stalls`: 0.6 cycle of `period_s` under the wait level),
     on the window detrended as a count's is; None where the signal is unusable. A fold lines up the typical
     iteration, so the mean iteration time can be longer than a fold by up to about this share."""
-    cfg = config or DetectorConfig()
+    detrended = _detrended_longest(t_s, power_w, config or DetectorConfig())
+    if detrended is None or not period_s > 0:
+        return None
+    seg, y = detrended
+    return float(_stalls(y, period_s / seg.dt_s).mean())
+
+
+def _detrended_longest(
+    t_s: npt.ArrayLike, power_w: npt.ArrayLike, cfg: DetectorConfig
+) -> tuple[UniformSignal, FloatArray] | None:
+    """A window's longest gap-free stretch and its samples detrended as a count's are; None under 32 samples."""
     prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
     seg = prep.longest
-    if seg is None or seg.n < 32 or not period_s > 0:
+    if seg is None or seg.n < 32:
         return None
-    y = _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
-    return float(_stalls(y, period_s / seg.dt_s).mean())
+    return seg, _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
 
 
 def counted_period_near(
@@ -1894,11 +1903,10 @@ def counted_period_near(
     slips, or counts at two band centres that disagree. A fold lines up the typical iteration, so where long host
     stalls sit in the window, the count's mean is longer than the fold (docs/jitter.md, session 6)."""
     cfg = config or DetectorConfig()
-    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
-    seg = prep.longest
-    if seg is None or seg.n < 32 or seg.held or not period_s >= min_samples * seg.dt_s:
+    detrended = _detrended_longest(t_s, power_w, cfg)
+    if detrended is None or detrended[0].held or not period_s >= min_samples * detrended[0].dt_s:
         return None
-    y = _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
+    seg, y = detrended
     c = _count_near(y, seg.dt_s, period_s, cfg)
     if c is None or c.cycles < cfg.count_min_cycles or c.slips > cfg.count_max_slips:
         return None

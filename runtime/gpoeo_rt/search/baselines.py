@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gpoeo_rt.search.objectives import Objective, pick_config
+from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
 from gpoeo_rt.search.protocol import Measurements
 
 FloatArray = npt.NDArray[np.float64]
@@ -19,13 +19,16 @@ class DescentSearch:
     """Greedy coordinate descent without a model (what a pure search does): from the best measured config, probe
     the next lower SM clock at its memory clock; when that does not improve the objective (or breaks the bound),
     probe the next lower memory clock at the best SM clock; stop when neither does. Always one step at a time,
-    so on a compute-light job it walks the whole SM range: slow to converge, and each probe costs energy/time."""
+    so on a compute-light job it walks the whole SM range: slow to converge, and each probe costs energy/time.
+    A lower SM clock measured no better than the best only by noise (`gain_tol`) does not stop the descent: it
+    goes on below the lowest such tie, as the measurement-led search does."""
 
     sm_clock_mhz: FloatArray
     mem_clock_mhz: FloatArray
     objective: Objective
     max_slowdown: float
     max_probes: int = 12
+    gain_tol: float = 0.004  # objective differences below this are measurement noise
     _measurements: Measurements = field(default_factory=Measurements)
 
     def record(self, index: int, time_ratio: float, energy_ratio: float) -> None:
@@ -55,14 +58,29 @@ class DescentSearch:
         if len(self._measurements.values) > self.max_probes:  # the reference is not a probe
             return None
         best = self.best()
-        for along_sm in (True, False):
-            step = self._lower(best, along_sm=along_sm)
+        for along_sm, start in ((True, self._lowest_tie(best)), (False, best)):
+            step = self._lower(start, along_sm=along_sm)
             if step is not None and step not in self._measurements.values:
                 return step
         return None
 
     def best(self) -> int:
         return self._measurements.best(self.objective, self.max_slowdown)
+
+    def _lowest_tie(self, best: int) -> int:
+        """The lowest measured SM clock below the best config, at its memory clock and within the bound, whose
+        objective is within the noise of the best's (the best itself when there is none)."""
+        mem, sm = self.mem_clock_mhz[best], self.sm_clock_mhz[best]
+        below = [i for i in self._measurements.values if self.mem_clock_mhz[i] == mem and self.sm_clock_mhz[i] < sm]
+        ratios = np.array([self._measurements.values[i] for i in [best, *below]])
+        values = objective_values(self.objective, ratios[:, 0], ratios[:, 1])
+        within = ratios[:, 0] <= 1.0 + self.max_slowdown if self.objective is Objective.ENERGY else values < np.inf
+        ties = [
+            i
+            for i, k in zip(below, range(1, len(values)), strict=True)
+            if within[k] and values[k] <= values[0] + self.gain_tol
+        ]
+        return min(ties, key=lambda i: float(self.sm_clock_mhz[i]), default=best)
 
 
 @dataclass
