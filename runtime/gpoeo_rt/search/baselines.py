@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
-from gpoeo_rt.search.protocol import Measurements
+from gpoeo_rt.search.protocol import NOISE_GAIN, Measurements
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -28,7 +28,7 @@ class DescentSearch:
     objective: Objective
     max_slowdown: float
     max_probes: int = 12
-    gain_tol: float = 0.004  # objective differences below this are measurement noise
+    gain_tol: float = NOISE_GAIN
     _measurements: Measurements = field(default_factory=Measurements)
 
     def record(self, index: int, time_ratio: float, energy_ratio: float) -> None:

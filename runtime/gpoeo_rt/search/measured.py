@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpoeo_rt.search.objectives import Objective, objective_values
-from gpoeo_rt.search.protocol import Measurements
+from gpoeo_rt.search.protocol import NOISE_GAIN, Measurements
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -63,7 +63,7 @@ class MeasuredSearch:
     prior: Prior | None = None
     max_probes: int = 12  # probes after the reference
     accept_margin: float = 0.001  # a config is chosen only when its measured slowdown is this far within the bound
-    gain_tol: float = 0.004  # an expected energy-ratio gain below this is not worth a probe (measurement noise)
+    gain_tol: float = NOISE_GAIN  # an expected gain below this is not worth a probe
     near_band: float = 0.015  # best within this of the accept limit: the belief may end the lower search
     min_headroom: float = 0.002  # below this headroom to the accept limit, the next lower clock is not tried
     min_jump: float = 0.3  # far from the bound, a probe moves at least this share of the gap

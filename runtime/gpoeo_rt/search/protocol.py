@@ -13,6 +13,9 @@ import numpy as np
 
 from gpoeo_rt.search.objectives import Objective, pick_config
 
+# Objective (energy-ratio) differences below this are measurement noise: no search treats them as a gain.
+NOISE_GAIN = 0.004
+
 
 class Search(Protocol):
     def next_probe(self) -> int | None:
