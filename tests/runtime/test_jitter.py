@@ -345,6 +345,21 @@ def test_a_long_jittered_window_of_30_segmented_iterations_is_a_baseline_alone(
     assert all(o.conclusion != "baseline" or abs(o.window_error or 0.0) <= 0.05 for o in outcomes)
 
 
+def test_a_segmentation_whose_edge_holds_its_longest_iteration_does_not_stand_alone(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """287 ms iterations, +-50% heavy-tailed stalls, from 0.5 s (held-out-26): the first 9 s segment into 30
+    iterations, each right, but the first start comes 0.6 s into the window, after a 0.6 s stall longer than every
+    segment inside. Alone, that window was the baseline, 5.2% short of its iterations' mean (which the long one at
+    the edge sets); now it is a candidate, and the next 9 s, with no such edge, stand alone within 2%."""
+    spec = JitterSpec(TRACES / "gpt_64", 0, 0.287, 0.5, "heavy", seed=26)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 0.5
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
+    assert o.concluded_s - start <= 20.0 and o.window_error is not None and abs(o.window_error) < 0.02
+
+
 def test_a_run_whose_windows_did_not_pair_stands_alone_as_one(tmp_path: Path, predictor: Predictor) -> None:
     """270 ms +-30% heavy-tailed stalls: a 3 s window asks for a longer one (a first look over 11 s finds a period
     that does not stand alone), whose count (275 ms) waits for a second; analysed together (14 s, ~50 iterations)

@@ -75,11 +75,7 @@ class DescentSearch:
         ratios = np.array([self._measurements.values[i] for i in [best, *below]])
         values = objective_values(self.objective, ratios[:, 0], ratios[:, 1])
         within = ratios[:, 0] <= 1.0 + self.max_slowdown if self.objective is Objective.ENERGY else values < np.inf
-        ties = [
-            i
-            for i, k in zip(below, range(1, len(values)), strict=True)
-            if within[k] and values[k] <= values[0] + self.gain_tol
-        ]
+        ties = [i for k, i in enumerate(below, start=1) if within[k] and values[k] <= values[0] + self.gain_tol]
         return min(ties, key=lambda i: float(self.sm_clock_mhz[i]), default=best)
 
 
