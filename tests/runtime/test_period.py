@@ -462,8 +462,8 @@ def test_synthetic_wandering_50_ms_jobs_report_their_mean_period() -> None:
 @pytest.mark.xfail(
     strict=True,
     reason="regression kept visible: with cycle counting (issue 17) 9 of the 100 are reported, with the matched "
-    "template 12 (10 on the code of 2026-12-05), above the bar of 5 this test held before (docs/jitter.md); strict, so "
-    "it fails once the bar is met again",
+    "template 12 (10 on the code of 2026-12-05, 9 on that of 2026-12-07), above the bar of 5 this test held before "
+    "(docs/jitter.md); strict, so it fails once the bar is met again",
 )
 def test_wandering_aliases_of_22_to_40_ms_iterations_stay_rare() -> None:
     """The known price of accepting a wandering period: 22-40 ms iterations alias at 50 Hz onto 44-170 ms
