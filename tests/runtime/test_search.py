@@ -187,8 +187,8 @@ def test_descent_search_walks_down_one_step_at_a_time_and_stops_at_the_bound() -
 
 def test_descent_search_walks_on_through_a_step_no_better_only_by_noise() -> None:
     """A lower clock measured 0.1 point worse than the best (noise on a falling curve) does not stop the descent
-    (the simulated transformer's search stopped there at 0.5% slowdown, 12 points from its real minimum); one
-    measured clearly worse does."""
+    (the simulated transformer's descent stopped so at 0.5% slowdown, holding 0.5% of saving where 4.4% was to
+    be had: docs/jitter.md, session 27); one measured clearly worse does."""
     sm = np.arange(1000.0, 1501.0, 50.0)
     mem = np.full(sm.size, 877.0)
     time_ratio = np.linspace(1.045, 1.0, sm.size)
