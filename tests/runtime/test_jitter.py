@@ -391,17 +391,23 @@ def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_co
     assert o.concluded_s - start <= 6.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
+def _steady_gpt_186(tmp_path: Path) -> tuple[Path, float]:
+    """A held-out-22 job and start: the steady recorded GPT re-timed to 186 ms, 0.5 s in (its second window strays
+    in one sub-window)."""
+    spec = JitterSpec(TRACES / "gpt_64", 0, 0.186, 0.0, seed=22)
+    make_jittered_trace(spec, tmp_path / "job")
+    return tmp_path / "job", 1000.0 + spec.lead_s + 0.5
+
+
 def test_a_fold_then_a_window_that_strays_in_one_sub_window_pair_where_both_fold_as_one(
     tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A steady 186 ms GPT (fold r2 0.2-0.3): the 6 s window after the candidate's does not fold on one period in
     its 1.2 s sub-windows (one gives 207 ms). Both windows as one fold at the candidate's period in every 2.4 s
     sub-window: a baseline 15 s in, within 0.5% (before: a 12 s and a 24 s window, 39 s; held-out-22)."""
-    spec = JitterSpec(TRACES / "gpt_64", 0, 0.186, 0.0, seed=22)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
+    job, start = _steady_gpt_186(tmp_path)
     paired = _taken(monkeypatch, "_fold_over_both")
-    o = profile_replay(tmp_path / "job", start, predictor)
+    o = profile_replay(job, start, predictor)
     assert [e.split(":")[0] for e in o.events] == ["no_period", "period_candidate", "baseline"], o.events
     assert len(paired) == 1
     assert o.concluded_s - start <= 15.5 and o.window_error is not None and abs(o.window_error) < 0.005
@@ -414,12 +420,10 @@ def test_a_fold_then_a_window_in_long_waits_is_not_paired_by_their_fold(
     host stalls (`stall_share`): a fold lines up the typical iteration, so the mean can be that much longer
     (held-out-24's 101 ms +-50% heavy-tailed job: 10%, the fold 6% short). The pair is refused; profiling goes
     on."""
-    spec = JitterSpec(TRACES / "gpt_64", 0, 0.186, 0.0, seed=22)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
+    job, start = _steady_gpt_186(tmp_path)
     paired = _taken(monkeypatch, "_fold_over_both")
     monkeypatch.setattr(controller_module, "stall_share", lambda *args, **kwargs: 0.05)
-    o = profile_replay(tmp_path / "job", start, predictor)
+    o = profile_replay(job, start, predictor)
     assert not paired and [e.split(":")[0] for e in o.events][:3] != ["no_period", "period_candidate", "baseline"]
 
 
