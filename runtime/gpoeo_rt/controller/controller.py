@@ -242,6 +242,19 @@ class _Measured:
         return self.estimate.timing if self.period_s is not None else None
 
 
+@dataclass(frozen=True)
+class _FoldCandidate:
+    """A folded candidate on the power signal that the pairs over two windows start from."""
+
+    measured: _Measured
+    window: PowerWindow
+    period_s: float
+
+    @property
+    def pair(self) -> tuple[_Measured, PowerWindow]:
+        return self.measured, self.window
+
+
 class Controller:
     """Chooses clocks for the job running on `device`, one `step()` at a time (see the module docstring).
 
@@ -779,7 +792,7 @@ class Controller:
         if rest_s < length_s:
             self._prof_window_s, self._prof_longer = rest_s, _LongerWindow(length_s)
 
-    def _fold_candidate_before(self, m: _Measured) -> tuple[tuple[_Measured, PowerWindow], float] | None:
+    def _fold_candidate_before(self, m: _Measured) -> _FoldCandidate | None:
         """The candidate (and its period) that a window without a period follows, where the pairs over both
         windows apply: a fold on the power signal, then a failure on it that a count or a longer fold could still
         resolve."""
@@ -793,19 +806,18 @@ class Controller:
             or est.verdict not in COUNTABLE_VERDICTS
         ):
             return None
-        return prev, prev[0].period_s
+        return _FoldCandidate(prev[0], prev[1], prev[0].period_s)
 
     def _fold_then_count(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
         """A folded candidate, then a touching window without a period: a +-10% job's phase diffuses over the
         longer second window, which then neither folds nor counts on its own. The count over both windows near
         the candidate (`count_confirms`), within period_agreement of it, pairs them; the count is the period."""
         found, est = self._fold_candidate_before(m), m.estimate
-        if found is None or (counted := self._joint_count(found[0][1], window, (found[1], found[1]))) is None:
+        if found is None or (counted := self._joint_count(found.window, window, (found.period_s,) * 2)) is None:
             return None
-        prev = found[0]
-        as_count = _as_counted(est, counted, prev[0].estimate.confidence)
+        as_count = _as_counted(est, counted, found.measured.estimate.confidence)
         both = [*self._prof_counters, dict(window.counters.features)]
-        return self._on_baseline([prev, (self._reduce(window, as_count), window)], both, info, counted=counted)
+        return self._on_baseline([found.pair, (self._reduce(window, as_count), window)], both, info, counted=counted)
 
     def _fold_over_both(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:
         """A folded candidate, then a touching window at least as long without a period whose samples fold no
@@ -815,10 +827,10 @@ class Controller:
         as the candidate's (a steady 181 ms GPT whose waveform nearly repeats every half iteration folds at 90 ms
         over 3 s and over those 3 s with the 2 s after them; over 6 s at 180 ms)."""
         found = self._fold_candidate_before(m)
-        if found is None or not _touches(found[0][1], window) or window.duration_s < 0.95 * found[0][1].duration_s:
+        if found is None or not _touches(found.window, window) or window.duration_s < 0.95 * found.window.duration_s:
             return None
-        (prev, period), agreement = found, self.config.period_agreement
-        both = merge_windows([prev[1], window])
+        period, agreement = found.period_s, self.config.period_agreement
+        both = merge_windows([found.window, window])
         joint = self._estimate([both], timing=SIGNAL)
         if (
             not joint.ok
@@ -836,7 +848,7 @@ class Controller:
             return None
         counters = [*self._prof_counters, dict(window.counters.features)]
         # Later windows (probes, holding) as long as both: one as long as the second does not fold on its own.
-        measured = [prev, (self._reduce(window, joint), window)]
+        measured = [found.pair, (self._reduce(window, joint), window)]
         return self._on_baseline(measured, counters, info, floor_s=both.duration_s)
 
     def _none_then_fold(self, m: _Measured, window: PowerWindow, info: dict[str, Any]) -> Decision | None:

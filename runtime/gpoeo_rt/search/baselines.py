@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
+from gpoeo_rt.search.objectives import Objective, pick_config
 from gpoeo_rt.search.protocol import NOISE_GAIN, Measurements
 
 FloatArray = npt.NDArray[np.float64]
@@ -68,15 +68,9 @@ class DescentSearch:
         return self._measurements.best(self.objective, self.max_slowdown)
 
     def _lowest_tie(self, best: int) -> int:
-        """The lowest measured SM clock below the best config, at its memory clock and within the bound, whose
-        objective is within the noise of the best's (the best itself when there is none)."""
-        mem, sm = self.mem_clock_mhz[best], self.sm_clock_mhz[best]
-        below = [i for i in self._measurements.values if self.mem_clock_mhz[i] == mem and self.sm_clock_mhz[i] < sm]
-        ratios = np.array([self._measurements.values[i] for i in [best, *below]])
-        values = objective_values(self.objective, ratios[:, 0], ratios[:, 1])
-        within = ratios[:, 0] <= 1.0 + self.max_slowdown if self.objective is Objective.ENERGY else values < np.inf
-        ties = [i for k, i in enumerate(below, start=1) if within[k] and values[k] <= values[0] + self.gain_tol]
-        return min(ties, key=lambda i: float(self.sm_clock_mhz[i]), default=best)
+        return self._measurements.lowest_tie(
+            best, self.sm_clock_mhz, self.mem_clock_mhz, self.objective, self.max_slowdown, self.gain_tol
+        )
 
 
 @dataclass

@@ -134,7 +134,7 @@ class MeasuredSearch:
         best_value = self._value_of(best)
         candidates: list[tuple[float, int]] = []  # (expected gain, index); forced probes get +inf
         line = self._lines[float(self.mem_clock_mhz[best])]
-        position = self._pivot(line, best_value)
+        position = self._pivot(line, best)
         sides = (
             self._lower_gap(line, position, values, best_value, weight),
             self._upper_gap(line, position, values, best_value),
@@ -178,16 +178,13 @@ class MeasuredSearch:
         return probe
 
     # -- choosing within a gap ----------------------------------------------------------------------------------
-    def _pivot(self, line: npt.NDArray[np.int64], best_value: float) -> int:
-        """Where on the best config's SM line the gaps start: the lowest measured config whose value ties with the
-        best's (within the noise), so that a lower clock measured no better only by noise does not end the search
-        as if it bracketed the minimum."""
-        ties = [
-            p
-            for p, i in enumerate(line.tolist())
-            if i in self._measurements.values and self._value_of(i) <= best_value + self.gain_tol
-        ]
-        return min(ties)
+    def _pivot(self, line: npt.NDArray[np.int64], best: int) -> int:
+        """Where on the best config's SM line the gaps start: at the lowest measured config that ties with the
+        best (`Measurements.lowest_tie`)."""
+        tie = self._measurements.lowest_tie(
+            best, self.sm_clock_mhz, self.mem_clock_mhz, self.objective, self._limit() - 1.0, self.gain_tol
+        )
+        return int(np.flatnonzero(line == tie)[0])
 
     def _limit(self) -> float:
         return 1.0 + self.max_slowdown - self.accept_margin

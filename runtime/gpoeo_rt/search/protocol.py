@@ -11,7 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpoeo_rt.search.objectives import Objective, pick_config
+from gpoeo_rt.search.objectives import Objective, objective_values, pick_config
 
 # Objective (energy-ratio) differences below this are measurement noise: no search treats them as a gain.
 NOISE_GAIN = 0.004
@@ -63,3 +63,23 @@ class Measurements:
         time_ratio = np.array([self.values[i][0] for i in idx])
         energy_ratio = np.array([self.values[i][1] for i in idx])
         return idx[pick_config(objective, time_ratio, energy_ratio, max_slowdown)]
+
+    def lowest_tie(
+        self,
+        best: int,
+        sm_clock_mhz: np.ndarray,
+        mem_clock_mhz: np.ndarray,
+        objective: Objective,
+        max_slowdown: float,
+        gain_tol: float = NOISE_GAIN,
+    ) -> int:
+        """The lowest recorded SM clock below `best`, at its memory clock and within the bound, whose objective is
+        within `gain_tol` of the best's (`best` itself when there is none): a lower clock measured no better only
+        by noise does not end a search as if it bracketed the minimum."""
+        mem, sm = mem_clock_mhz[best], sm_clock_mhz[best]
+        below = [i for i in self.values if mem_clock_mhz[i] == mem and sm_clock_mhz[i] < sm]
+        ratios = np.array([self.values[i] for i in [best, *below]])
+        values = objective_values(objective, ratios[:, 0], ratios[:, 1])
+        within = ratios[:, 0] <= 1.0 + max_slowdown if objective is Objective.ENERGY else values < np.inf
+        ties = [i for k, i in enumerate(below, start=1) if within[k] and values[k] <= values[0] + gain_tol]
+        return min(ties, key=lambda i: float(sm_clock_mhz[i]), default=best)
