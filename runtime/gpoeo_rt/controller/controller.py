@@ -221,10 +221,12 @@ def jsonl_sink(stream: TextIO) -> LogSink:
 class _LongerWindow:
     """A longer profiling window asked for, `length_s`, that continues the windows without a period before it:
     first only its rest is measured and the whole looked at (`head` None); if that look finds no baseline, the
-    window goes on to `length_s`, `head` being its part measured so far."""
+    window goes on to `length_s`, `head` being its part measured so far. With `before`, a candidate's second
+    window: its first part is looked at with the candidate's run of windows (`before`) as one."""
 
     length_s: float
     head: PowerWindow | None = None
+    before: PowerWindow | None = None
 
 
 @dataclass(frozen=True)
@@ -648,6 +650,8 @@ class Controller:
         short, self._prof_extend = self._prof_extend, None
         if short is not None and _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
             span = merge_windows([short, window])
+        if longer is not None and longer.head is None and longer.before is not None and _touches(longer.before, window):
+            span = merge_windows([longer.before, window])
         if longer is not None and longer.head is None and span is not window:
             # The early look: the span so far with the rest of the window asked for, as one window that long. It
             # ends profiling only with a baseline that stands alone (a candidate would divert the pairing).
@@ -734,6 +738,7 @@ class Controller:
             if est.method != "fold":
                 keep = self._counted_second_window(length_s, est.period_s)
             self._prof_window_s = max(keep if lengthened else 0.0, self._window_for(est.period_s))
+            self._plan_alone_look(est.period_s)
             return self._decide(
                 "period_candidate",
                 State.PROFILING,
@@ -791,6 +796,20 @@ class Controller:
         rest_s = max(self.config.first_window_s, length_s - span.duration_s)
         if rest_s < length_s:
             self._prof_window_s, self._prof_longer = rest_s, _LongerWindow(length_s)
+
+    def _plan_alone_look(self, period_s: float) -> None:
+        """A candidate's second window, where the candidate's run of touching windows and the first part of it
+        hold as many iterations as stand alone (template_min_cycles, a tenth more for stalls) before it ends: that
+        part is measured first and looked at with the run as one window (`_LongerWindow.before`). A baseline that
+        stands alone ends profiling there; else the window goes on as planned, as if not looked at (a 500 ms job's
+        pair needs two windows of 20 iterations after a first 3 s window that could not tell its period)."""
+        if not self._prof_run:
+            return
+        run = merge_windows(self._prof_run)
+        rest_s = 1.1 * DetectorConfig().template_min_cycles * period_s - run.duration_s
+        if 0.0 < rest_s < self._prof_window_s and run.duration_s + rest_s <= self.config.max_window_s:
+            self._prof_longer = _LongerWindow(self._prof_window_s, before=run)
+            self._prof_window_s = rest_s
 
     def _fold_candidate_before(self, m: _Measured) -> _FoldCandidate | None:
         """The candidate (and its period) that a window without a period follows, where the pairs over both
