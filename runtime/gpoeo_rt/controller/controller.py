@@ -653,8 +653,9 @@ class Controller:
         if longer is not None and longer.head is None and longer.before is not None and _touches(longer.before, window):
             span = merge_windows([longer.before, window])
         if longer is not None and longer.head is None and span is not window:
-            # The early look: the span so far with the rest of the window asked for, as one window that long. It
-            # ends profiling only with a baseline that stands alone (a candidate would divert the pairing).
+            # The early look: the span so far with the rest of the window asked for, as one window that long (or a
+            # candidate's run of windows with its second window's first part: `_plan_alone_look`). It ends
+            # profiling only with a baseline that stands alone (a candidate would divert the pairing).
             est = joint = self._estimate([span], stands_alone=True)
             if not (joint.ok and joint.period_s is not None and joint.stands_alone and self._one_phase(span)):
                 # Not yet: the window goes on to the length asked for, as if it had not been looked at.
@@ -665,10 +666,11 @@ class Controller:
                     if joint.period_s is None
                     else f"period {joint.period_s * 1e3:.2f} ms, not alone"
                 )
+                look = "a first look" if longer.before is None else "a look with the candidate's windows"
                 return self._decide(
                     "longer_window",
                     State.PROFILING,
-                    f"a first look over {span.duration_s:.1f} s: {seen}; the window goes on to {longer.length_s:.1f} s",
+                    f"{look} over {span.duration_s:.1f} s: {seen}; the window goes on to {longer.length_s:.1f} s",
                     window_s=span.duration_s,
                 )
         else:
