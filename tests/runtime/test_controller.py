@@ -177,12 +177,13 @@ def test_profiling_windows_continue_each_other_across_the_daemons_pause(predicto
     gpu = _gpu("resnet50")
     sampler = _PausingSampler(gpu)
     controller = Controller(gpu, predictor=predictor, sampler=sampler)
-    events = [controller.step().event for _ in range(3)]
-    assert events[:2] == ["period_candidate", "baseline"], events
-    first, second, probe = sampler.windows[:3]
-    assert first.start_s < first.t_s[0] and second.start_s == first.end_s
-    assert np.diff(np.concatenate([first.t_s, second.t_s])).max() < 0.03  # the pause's samples are there
-    assert controller.clocks != controller.reference and probe.start_s > second.end_s + 0.3
+    events = [controller.step().event for _ in range(4)]
+    # The second window is looked at with the first once they hold 33 iterations (`_plan_alone_look`).
+    assert events[:3] == ["period_candidate", "longer_window", "baseline"], events
+    first, look, rest, probe = sampler.windows[:4]
+    assert first.start_s < first.t_s[0] and look.start_s == first.end_s and rest.start_s == look.end_s
+    assert np.diff(np.concatenate([first.t_s, look.t_s, rest.t_s])).max() < 0.03  # the pauses' samples are there
+    assert controller.clocks != controller.reference and probe.start_s > rest.end_s + 0.3
 
 
 def test_an_exception_in_step_resets_the_clocks_logs_and_stops(predictor: Predictor) -> None:

@@ -381,13 +381,15 @@ def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_co
     test used before, 17.3 s, now pairs a window without a period and a fold the other way round
     (`_none_then_fold`), 9 s in, where it took 15 s; docs/jitter.md, session 25. Before that, the heavy-tailed job's
     start it used pairs its first two folds, 6% apart, by their measured spread:
-    test_two_folds_of_a_jittery_job_pair_within_what_chance_allows.)"""
+    test_two_folds_of_a_jittery_job_pair_within_what_chance_allows.) The second window's first part, looked at with
+    the candidate's (`_plan_alone_look`), does not stand alone."""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "uniform", duration_s=60.0, rise_tau_s=INSTANT_RISE)
     make_jittered_trace(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 6.3
     confirmed = _taken(monkeypatch, "_fold_then_count")
     o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "baseline"] and len(confirmed) == 1, o.events
+    events = [e.split(":")[0] for e in o.events]
+    assert events == ["period_candidate", "longer_window", "baseline"] and len(confirmed) == 1, o.events
     assert o.concluded_s - start <= 6.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
@@ -444,12 +446,13 @@ def test_two_folds_of_a_jittery_job_pair_within_what_chance_allows(tmp_path: Pat
     """160 ms +-10% heavy-tailed stalls: two folds 165.0 ms and 6% shorter, each near its own window's mean. A
     fold now reports the spread of single iterations its sub-windows show, so the pair is judged by what two means
     of so few iterations differ by by chance (Controller._agreement), not the steady 2%: a baseline 6.3 s in,
-    within 2% of the mean over its windows (before: 9.6 s in, from the count over a third window)."""
+    within 2% of the mean over its windows (before: 9.6 s in, from the count over a third window). The look at the
+    second window's first part with the first (`_plan_alone_look`) finds no baseline that stands alone."""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "heavy", duration_s=60.0)
     make_jittered_trace(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 0.5
     o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "baseline"], o.events
+    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 7.0 and o.window_error is not None and abs(o.window_error) < 0.02
 
 
@@ -498,14 +501,33 @@ def test_an_early_look_that_finds_nothing_leaves_the_window_asked_for_as_it_was(
 ) -> None:
     """A steady 410 ms transformer: its 3 s window asks for 7.5 s; the early look at 7.5 s (the 3 s and 4.5 s more)
     finds no period, so the window goes on to the 7.5 s asked for (10.5 s in), which with the first 3 s folds, and
-    a second window confirms it: 21 s in, as without the look."""
+    a second window confirms it: 21 s in, as without the look. (The candidate's look, at 33 iterations of it with
+    the second window's first part, finds no baseline that stands alone either.)"""
     spec = JitterSpec(TRACES / "gpt_64", 0, 0.41, 0.0, duration_s=60.0)
     make_jittered_trace(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 0.5
     o = profile_replay(tmp_path / "job", start, predictor)
     events = [e.split(":")[0] for e in o.events]
-    assert events == ["longer_window", "longer_window", "period_candidate", "baseline"], o.events
+    assert events == ["longer_window", "longer_window", "period_candidate", "longer_window", "baseline"], o.events
     assert abs(o.concluded_s - start - 21.0) < 0.1 and o.window_error is not None and abs(o.window_error) < 0.01
+
+
+def test_a_candidates_second_window_is_looked_at_with_it_once_both_hold_33_iterations(
+    tmp_path: Path, predictor: Predictor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 497 ms transformer, +-30% uniform stalls, 21.7 s in (held-out-27): the 3 s window guesses a 1 s period and
+    asks for 9 s, whose look finds 509 ms not alone; the window goes on to 9 s (12 s in) and is a 518 ms candidate.
+    Its second window (10.4 s) is first measured to the 5.1 s that make the run of windows 33 iterations long, and
+    the run stands alone: a baseline 17.1 s in, within 0.5% (before: 22.4 s, from the pair)."""
+    spec = JitterSpec(TRACES / "gpt_64", 0, 0.497, 0.3, seed=27)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 21.7
+    planned = _taken(monkeypatch, "_plan_alone_look", lambda result, args, kwargs: True)
+    alone = _taken(monkeypatch, "_on_baseline", lambda result, args, kwargs: len(args[0]) == 1)
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["longer_window", "longer_window", "period_candidate", "baseline"]
+    assert len(planned) == 1 and len(alone) == 1
+    assert o.concluded_s - start <= 17.5 and o.window_error is not None and abs(o.window_error) < 0.005
 
 
 def _stalled_resnet(tmp_path: Path) -> tuple[JitterSpec, Path]:
