@@ -442,6 +442,14 @@ def _detrend(x: FloatArray, degree: int) -> FloatArray:
 # Quartic detrending removes warm-up drift (up to ~2 slow wiggles per window) but cannot absorb the >= 9
 # cycles a reported period needs.
 _DETREND_DEGREE = 4
+
+
+def _wait_samples(x: npt.ArrayLike) -> FloatArray:
+    """The samples host waits are told on (`_stall_aware_phase`, `stall_share`): the power less a straight-line
+    trend only, for a quartic one lifts a long stall near a window's end above the wait level."""
+    return _detrend(np.asarray(x, dtype=np.float64), 1)
+
+
 _MAX_HARMONICS = 8  # harmonics of a candidate period that its score may use
 _PAD = 4  # zero-padding of the scoring spectrum (peaks are read between bins by a log-parabola)
 # Constants of the harmonic sums (read-only): harmonic numbers, and "harmonic i comes before harmonic j".
@@ -1168,10 +1176,11 @@ class _Count:
     waived: tuple[str, ...] = ()  # signs of an alias that the energy counter answered (see _count_cycles)
 
 
-def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | None:
+def _count_at(y: FloatArray, dt: float, period: float, band: float, power: FloatArray) -> _Count | None:
     """Count the cycles of y near `period`: band-pass around 1/period (flat within +-band, steep outside, so a
     jittered fundamental passes and its second harmonic does not), take the analytic signal's unwrapped phase,
-    and fold the samples on that phase (does each counted cycle carry the same waveform?)."""
+    and fold the samples on that phase (does each counted cycle carry the same waveform?). `power`: y's samples
+    as measured, not detrended, on which waits are told (`_stall_aware_phase`)."""
     n = len(y)
     trim = math.ceil(period / dt)
     if n - 2 * trim < 16:
@@ -1182,7 +1191,7 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float) -> _Count | 
     f0 = 1.0 / period
     gain = np.where(f > 0, 2.0 * np.exp(-0.5 * ((f - f0) / (band * f0)) ** 4), 0.0)
     z = np.fft.ifft(spectrum * gain)[:n]
-    phase = _stall_aware_phase(z, y, period / dt)
+    phase = _stall_aware_phase(z, power, period / dt)
     var = float(y.var())
     if var <= 0:
         return None
@@ -1250,6 +1259,7 @@ def _count_cycles(
     (`_ALIAS_SIGNS`) are no problem: an alias's variation is not in the counter.
     """
     y = _detrend(x, _DETREND_DEGREE)
+    waits = _wait_samples(x)
     n = len(y)
     window = n * dt
     t_lo = max(failed.min_resolvable_s, cfg.count_min_samples * dt)
@@ -1282,7 +1292,7 @@ def _count_cycles(
     for period in sorted(starts):
         if not t_lo <= period <= t_hi:
             continue
-        c = _count_near(y, dt, period, cfg)
+        c = _count_near(y, dt, period, cfg, waits)
         if c is None:
             continue
         problems = _count_problems(c, t_lo, t_hi, cfg)
@@ -1381,8 +1391,9 @@ def _stalls(y: FloatArray, samples_per_cycle: float) -> npt.NDArray[np.bool_]:
     return np.asarray(mean < _wait_level(y), dtype=bool)
 
 
-def _stall_aware_phase(z: npt.NDArray[np.complex128], y: FloatArray, samples_per_cycle: float) -> FloatArray:
-    """Unwrapped phase of the analytic signal z of y, except across waits: a long host stall is the wait of one
+def _stall_aware_phase(z: npt.NDArray[np.complex128], power: FloatArray, samples_per_cycle: float) -> FloatArray:
+    """Unwrapped phase of the band-passed analytic signal z, except across waits, told on `power` as measured (a
+    trend removed from it can lift a long stall above the wait level): a long host stall is the wait of one
     iteration, but the band-passed signal keeps ringing through it at the band's frequency and would count
     phantom cycles. Across a stall (_stalls), or a quiet stretch (amplitude under 0.3 x its median) whose power is
     at the wait level, the phase advances only by what brings it to where it is afterwards, less whole turns (at
@@ -1390,15 +1401,15 @@ def _stall_aware_phase(z: npt.NDArray[np.complex128], y: FloatArray, samples_per
     dips between iterations (docs/jitter.md, session 24), and the phase runs on through it."""
     phase = np.unwrap(np.angle(z))
     amp = np.abs(z)
-    stalled = _stalls(y, samples_per_cycle)
+    stalled = _stalls(power, samples_per_cycle)
     low = (amp < 0.3 * float(np.median(amp))) | stalled
     if not low.any():
         return np.asarray(phase, dtype=np.float64)
     step = np.diff(phase)
     edges = np.flatnonzero(np.diff(np.concatenate(([0], low.astype(np.int8), [0]))))
-    wait_level = _wait_level(y)
+    wait_level = _wait_level(power)
     for a, b in zip(edges[::2], edges[1::2], strict=True):
-        if not stalled[a:b].any() and float(y[a:b].mean()) >= wait_level:
+        if not stalled[a:b].any() and float(power[a:b].mean()) >= wait_level:
             continue
         # Samples a..b-1 are a wait: the steps from a-1 to b (clipped to the signal) become one step.
         i, j = max(a - 1, 0), min(b, len(phase) - 1)
@@ -1410,17 +1421,18 @@ def _stall_aware_phase(z: npt.NDArray[np.complex128], y: FloatArray, samples_per
     return np.asarray(np.concatenate(([phase[0]], phase[0] + np.cumsum(step))), dtype=np.float64)
 
 
-def _count_near(y: FloatArray, dt: float, period: float, cfg: DetectorConfig) -> _Count | None:
+def _count_near(y: FloatArray, dt: float, period: float, cfg: DetectorConfig, power: FloatArray) -> _Count | None:
     """Count cycles near `period` with the band centred a little faster than the cycles (count_center): there the
     count holds (on the tuning jobs, within 0.5% for centres at 0.8-0.95 of the mean cycle), while a band centred
     slower loses the shortest cycles and counts too few, an error that grows as the centre follows it. Centred
-    again on what it counted; then counted at two centres of that reliable range, which must agree."""
-    c = _count_at(y, dt, cfg.count_center * period, cfg.count_band)
+    again on what it counted; then counted at two centres of that reliable range, which must agree. `power`: y's
+    samples before detrending (`_count_at`)."""
+    c = _count_at(y, dt, cfg.count_center * period, cfg.count_band, power)
     if c is None:
         return None
-    c = _count_at(y, dt, cfg.count_center * c.period, cfg.count_band) or c
-    lo = _count_at(y, dt, (cfg.count_center - 0.07) * c.period, cfg.count_band)
-    hi = _count_at(y, dt, (cfg.count_center + 0.07) * c.period, cfg.count_band)
+    c = _count_at(y, dt, cfg.count_center * c.period, cfg.count_band, power) or c
+    lo = _count_at(y, dt, (cfg.count_center - 0.07) * c.period, cfg.count_band, power)
+    hi = _count_at(y, dt, (cfg.count_center + 0.07) * c.period, cfg.count_band, power)
     if lo is None or hi is None:
         return None
     return replace(c, agreement=abs(hi.period / lo.period - 1.0))
@@ -1878,13 +1890,13 @@ def stall_share(
     t_s: npt.ArrayLike, power_w: npt.ArrayLike, period_s: float, *, config: DetectorConfig | None = None
 ) -> float | None:
     """The share of a window's samples inside long stalls (`_stalls`: 0.6 cycle of `period_s` under the wait level),
-    on the window detrended as a count's is; None where the signal is unusable. A fold lines up the typical
+    on its power as measured, as a count tells waits; None where the signal is unusable. A fold lines up the typical
     iteration, so the mean iteration time can be longer than a fold by up to about this share."""
     detrended = _detrended_longest(t_s, power_w, config or DetectorConfig())
     if detrended is None or not period_s > 0:
         return None
-    seg, y = detrended
-    return float(_stalls(y, period_s / seg.dt_s).mean())
+    seg, _ = detrended
+    return float(_stalls(_wait_samples(seg.values), period_s / seg.dt_s).mean())
 
 
 def _detrended_longest(
@@ -1916,7 +1928,7 @@ def counted_period_near(
     if detrended is None or detrended[0].held or not period_s >= min_samples * detrended[0].dt_s:
         return None
     seg, y = detrended
-    c = _count_near(y, seg.dt_s, period_s, cfg)
+    c = _count_near(y, seg.dt_s, period_s, cfg, _wait_samples(seg.values))
     if c is None or c.cycles < cfg.count_min_cycles or c.slips > cfg.count_max_slips:
         return None
     if c.agreement > cfg.count_agreement:
@@ -1979,7 +1991,7 @@ def period_persists(
         if not choice.issue and abs(choice.period / p - 1.0) <= tolerance:
             return p, f"still folds at {p * 1e3:.1f} ms (r2 {r2:.2f})"
         why = f"{p * 1e3:.1f} ms folds, but as a multiple of {choice.period * 1e3:.1f} ms"
-    c = _count_near(y, seg.dt_s, period_s, cfg)
+    c = _count_near(y, seg.dt_s, period_s, cfg, _wait_samples(seg.values))
     if c is None:
         return None, why
     t_lo = max(t_lo, cfg.count_min_samples * seg.dt_s)
