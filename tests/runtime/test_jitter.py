@@ -105,6 +105,28 @@ def test_a_matched_template_segments_iterations_with_long_stalls(tmp_path: Path)
     assert max(errors) < 0.02, errors
 
 
+def test_a_long_stall_near_a_windows_end_is_one_wait_not_counted_cycles(tmp_path: Path) -> None:
+    """306 ms iterations, +-50% heavy-tailed stalls (held-out-28, 21.7 s in): a 6 s window ends with a 1.05 s stall
+    at idle power, 0.9 s before its end. Detrended by a quartic, the stall rose above the wait level, the
+    band-passed count rang on through it, and the window counted 282.5 ms where its iterations took 353.6 ms on
+    average (-20%); two such counts paired into a baseline 9.7% short. Told on the power less a straight line,
+    the stall is one wait: no count that far off (the window has no period; with the 6 s before it, a template
+    segments 321.8 ms, truth 319.6 ms)."""
+    spec = JitterSpec(TRACES.parent / "h200-live/resnet_512", 0, 0.306, 0.5, "heavy", seed=28)
+    make_jittered_trace(spec, tmp_path / "job")
+    trace = read_trace(tmp_path / "job")
+    assert trace.iterations is not None
+    t, p, ends = trace.power.t_s, trace.power.power_w, np.sort(trace.iterations.t_s)
+    start = 1000.0 + spec.lead_s + 21.7
+    for a, b in ((9.0, 15.0), (3.0, 15.0)):
+        m = (t >= start + a) & (t < start + b)
+        inside = ends[(ends >= start + a) & (ends < start + b)]
+        truth = float(np.diff(inside).mean())
+        est = detect_period(t[m], p[m])
+        assert est.period_s is None or abs(est.period_s / truth - 1.0) < 0.02, (a, b, est.message)
+    assert est.period_s is not None, est.message  # the 12 s hold the stall among 36 segmented iterations
+
+
 def test_heavy_tailed_stalls_that_inflate_the_spread_of_the_samples_still_segment(tmp_path: Path) -> None:
     """+-50% heavy-tailed stalls on 150 ms iterations: the stalls, now and then several iterations long, spread
     the samples so that the drop to the stall level is only ~1.2 of their stds, where aliases reach 1.4; against
