@@ -444,12 +444,6 @@ def _detrend(x: FloatArray, degree: int) -> FloatArray:
 _DETREND_DEGREE = 4
 
 
-def _wait_samples(x: npt.ArrayLike) -> FloatArray:
-    """The samples host waits are told on (`_stall_aware_phase`, `stall_share`): the power less a straight-line
-    trend only, for a quartic one lifts a long stall near a window's end above the wait level."""
-    return _detrend(np.asarray(x, dtype=np.float64), 1)
-
-
 _MAX_HARMONICS = 8  # harmonics of a candidate period that its score may use
 _PAD = 4  # zero-padding of the scoring spectrum (peaks are read between bins by a log-parabola)
 # Constants of the harmonic sums (read-only): harmonic numbers, and "harmonic i comes before harmonic j".
@@ -457,6 +451,12 @@ _J = np.arange(1.0, _MAX_HARMONICS + 1.0)
 _J.flags.writeable = False
 _EARLIER = np.tril(np.ones((_MAX_HARMONICS, _MAX_HARMONICS), dtype=bool), -1)
 _EARLIER.flags.writeable = False
+
+
+def _wait_samples(x: npt.ArrayLike) -> FloatArray:
+    """The samples host waits are told on (`_stall_aware_phase`, `stall_share`): the power less a straight-line
+    trend only, for a quartic one lifts a long stall near a window's end above the wait level."""
+    return _detrend(np.asarray(x, dtype=np.float64), 1)
 
 
 def _variance_cap(n_samples: int) -> int:
@@ -1180,7 +1180,7 @@ def _count_at(y: FloatArray, dt: float, period: float, band: float, power: Float
     """Count the cycles of y near `period`: band-pass around 1/period (flat within +-band, steep outside, so a
     jittered fundamental passes and its second harmonic does not), take the analytic signal's unwrapped phase,
     and fold the samples on that phase (does each counted cycle carry the same waveform?). `power`: y's samples
-    as measured, not detrended, on which waits are told (`_stall_aware_phase`)."""
+    less a straight-line trend only (`_wait_samples`), on which waits are told (`_stall_aware_phase`)."""
     n = len(y)
     trim = math.ceil(period / dt)
     if n - 2 * trim < 16:
@@ -1392,13 +1392,14 @@ def _stalls(y: FloatArray, samples_per_cycle: float) -> npt.NDArray[np.bool_]:
 
 
 def _stall_aware_phase(z: npt.NDArray[np.complex128], power: FloatArray, samples_per_cycle: float) -> FloatArray:
-    """Unwrapped phase of the band-passed analytic signal z, except across waits, told on `power` as measured (a
-    trend removed from it can lift a long stall above the wait level): a long host stall is the wait of one
-    iteration, but the band-passed signal keeps ringing through it at the band's frequency and would count
-    phantom cycles. Across a stall (_stalls), or a quiet stretch (amplitude under 0.3 x its median) whose power is
-    at the wait level, the phase advances only by what brings it to where it is afterwards, less whole turns (at
-    most one cycle). A quiet stretch at the bursts' level is no wait: there the 50 Hz samples missed the short
-    dips between iterations (docs/jitter.md, session 24), and the phase runs on through it."""
+    """Unwrapped phase of the band-passed analytic signal z, except across waits, told on `power` (the samples
+    less a straight-line trend only: a quartic one can lift a long stall above the wait level): a long host
+    stall is the wait of one iteration, but the band-passed signal keeps ringing through it at the band's
+    frequency and would count phantom cycles. Across a stall (_stalls), or a quiet stretch (amplitude under 0.3 x
+    its median) whose power is at the wait level, the phase advances only by what brings it to where it is
+    afterwards, less whole turns (at most one cycle). A quiet stretch at the bursts' level is no wait: there the
+    50 Hz samples missed the short dips between iterations (docs/jitter.md, session 24), and the phase runs on
+    through it."""
     phase = np.unwrap(np.angle(z))
     amp = np.abs(z)
     stalled = _stalls(power, samples_per_cycle)
@@ -1426,7 +1427,7 @@ def _count_near(y: FloatArray, dt: float, period: float, cfg: DetectorConfig, po
     count holds (on the tuning jobs, within 0.5% for centres at 0.8-0.95 of the mean cycle), while a band centred
     slower loses the shortest cycles and counts too few, an error that grows as the centre follows it. Centred
     again on what it counted; then counted at two centres of that reliable range, which must agree. `power`: y's
-    samples before detrending (`_count_at`)."""
+    samples less a straight-line trend only (`_count_at`)."""
     c = _count_at(y, dt, cfg.count_center * period, cfg.count_band, power)
     if c is None:
         return None
@@ -1890,8 +1891,9 @@ def stall_share(
     t_s: npt.ArrayLike, power_w: npt.ArrayLike, period_s: float, *, config: DetectorConfig | None = None
 ) -> float | None:
     """The share of a window's samples inside long stalls (`_stalls`: 0.6 cycle of `period_s` under the wait level),
-    on its power as measured, as a count tells waits; None where the signal is unusable. A fold lines up the typical
-    iteration, so the mean iteration time can be longer than a fold by up to about this share."""
+    on its power less a straight-line trend, as a count tells waits; None where the signal is unusable. A fold
+    lines up the typical iteration, so the mean iteration time can be longer than a fold by up to about this
+    share."""
     detrended = _detrended_longest(t_s, power_w, config or DetectorConfig())
     if detrended is None or not period_s > 0:
         return None
