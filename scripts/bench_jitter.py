@@ -35,7 +35,7 @@ twenty-third session's, a twenty-sixth, "held-out-24", before that rule's second
 "held-out-25", before its third, a twenty-eighth, "held-out-26", before that rule landed with the search that
 does not stop on noise, a twenty-ninth, "held-out-27", before the twenty-fourth session's edge rule, a
 thirtieth, "held-out-28", before the twenty-fifth session's look for a baseline that stands alone, and a
-thirty-first, "held-out-29", before its count that tells waits on the power as measured.
+thirty-first, "held-out-29", before its count that tells waits on the power less a straight line.
 
 Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..29|real|all] [--rows] [--out DIR]
 """
