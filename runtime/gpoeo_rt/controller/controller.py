@@ -217,6 +217,11 @@ def jsonl_sink(stream: TextIO) -> LogSink:
     return write
 
 
+# A candidate's look (`Controller._plan_alone_look`) spans this many periods: the iterations a segmentation needs to
+# stand alone, and a tenth more for stalls.
+_ALONE_SPAN_PERIODS = 1.1 * DetectorConfig().template_min_cycles
+
+
 @dataclass(frozen=True)
 class _LongerWindow:
     """A longer profiling window asked for, `length_s`, that continues the windows without a period before it:
@@ -657,7 +662,16 @@ class Controller:
             # candidate's run of windows with its second window's first part: `_plan_alone_look`). It ends
             # profiling only with a baseline that stands alone (a candidate would divert the pairing).
             est = joint = self._estimate([span], stands_alone=True)
-            if not (joint.ok and joint.period_s is not None and joint.stands_alone and self._one_phase(span)):
+            # A candidate's look was planned to hold 33 of the candidate's periods; it must hold as many of its own,
+            # within 1% (a segmentation that merged iterations, or took in a stall at its edge, comes out long).
+            short_look = (
+                longer.before is not None
+                and joint.period_s is not None
+                and span.duration_s < 0.99 * _ALONE_SPAN_PERIODS * joint.period_s
+            )
+            if short_look or not (
+                joint.ok and joint.period_s is not None and joint.stands_alone and self._one_phase(span)
+            ):
                 # Not yet: the window goes on to the length asked for, as if it had not been looked at.
                 self._prof_extend, self._prof_longer = short, replace(longer, head=window)
                 self._prof_window_s = max(0.1, longer.length_s - window.duration_s)
@@ -808,7 +822,7 @@ class Controller:
         if not self._prof_run:
             return
         run = merge_windows(self._prof_run)
-        rest_s = 1.1 * DetectorConfig().template_min_cycles * period_s - run.duration_s
+        rest_s = _ALONE_SPAN_PERIODS * period_s - run.duration_s
         if 0.0 < rest_s < self._prof_window_s and run.duration_s + rest_s <= self.config.max_window_s:
             self._prof_longer = _LongerWindow(self._prof_window_s, before=run)
             self._prof_window_s = rest_s
