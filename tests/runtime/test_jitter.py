@@ -552,6 +552,21 @@ def test_a_candidates_second_window_is_looked_at_with_it_once_both_hold_33_itera
     assert o.concluded_s - start <= 17.5 and o.window_error is not None and abs(o.window_error) < 0.005
 
 
+def test_a_candidates_look_stands_alone_only_where_it_holds_33_of_its_own_periods(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """153 ms iterations, +-30% heavy-tailed stalls, 14.1 s in (held-out-25): a 163.8 ms candidate over 3 s, and
+    the look at 5.4 s (33 of its periods) segments 169.5 ms, standing alone, where the iterations took 157.6 ms
+    (+7.6%: merged iterations and a 505 ms one at the span's end). 5.4 s hold only 32 periods of 169.5 ms: the look
+    gives way, and the second window pairs with the candidate: within 2%, 6.3 s in."""
+    spec = JitterSpec(TRACES.parent / "h200-jitter/resnet_512", 0, 0.153, 0.3, "heavy", seed=25)
+    make_jittered_trace(spec, tmp_path / "job")
+    start = 1000.0 + spec.lead_s + 14.1
+    o = profile_replay(tmp_path / "job", start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "longer_window", "baseline"], o.events
+    assert o.window_error is not None and abs(o.window_error) < 0.02, o.window_error
+
+
 def _stalled_resnet(tmp_path: Path) -> tuple[JitterSpec, Path]:
     """A held-out-18 job: ResNet-50 b128 iterations re-timed to 131 ms, +-50% heavy-tailed stalls (its counts look
     like an alias's: a clean fold on cycles spread 17%)."""
