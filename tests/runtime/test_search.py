@@ -11,7 +11,7 @@ from gpoeo_rt.search.baselines import DescentSearch, PredictedPick
 from gpoeo_rt.search.measured import MeasuredSearch, Prior
 from gpoeo_rt.search.objectives import Objective, pick_config
 from gpoeo_rt.search.prior import counter_trust, prior_from_prediction, unstaircase
-from gpoeo_rt.search.protocol import Search
+from gpoeo_rt.search.protocol import NOISE_GAIN, Measurements, Search
 
 SM = np.arange(600.0, 1501.0, 15.0)  # a fine grid, reference = 1500 (last)
 MEM = np.full(SM.size, 877.0)
@@ -263,3 +263,21 @@ def test_a_memory_clock_that_costs_no_time_is_taken_at_the_best_sm_clock() -> No
     oracle = pick_config(Objective.ENERGY, time_ratio, energy_ratio, 0.05 - search.accept_margin)
     assert mem[search.best()] == 2100.0
     assert energy_ratio[search.best()] - energy_ratio[oracle] < 0.005
+
+
+def test_the_lowest_tie_is_the_lowest_sm_clock_within_noise_and_bound_at_the_best_memory_clock() -> None:
+    """`Measurements.lowest_tie`, the one rule both searches pivot on: below the best config, at its memory clock,
+    the lowest SM clock whose energy ratio is within the noise of the best's and whose time is within the bound;
+    a config over the bound, one worse by more than the noise, or one at another memory clock is none."""
+    sm = np.array([1000.0, 900.0, 800.0, 700.0, 900.0])
+    mem = np.array([5000.0, 5000.0, 5000.0, 5000.0, 4000.0])
+    m = Measurements(len(sm))
+    m.record(0, 1.00, 0.900)  # the best
+    m.record(1, 1.02, 0.902)  # ties within the noise
+    m.record(4, 1.01, 0.850)  # better, but at another memory clock
+    assert m.lowest_tie(0, sm, mem, Objective.ENERGY, 0.05) == 1
+    m.record(2, 1.03, 0.900 + 2 * NOISE_GAIN)  # worse by more than the noise: no tie
+    m.record(3, 1.09, 0.880)  # over the bound
+    assert m.lowest_tie(0, sm, mem, Objective.ENERGY, 0.05) == 1
+    assert m.lowest_tie(0, sm, mem, Objective.ENERGY, 0.10) == 3  # within a wider bound
+    assert m.lowest_tie(1, sm, mem, Objective.ENERGY, 0.05) == 1  # none lower ties: the best itself
