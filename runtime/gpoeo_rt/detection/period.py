@@ -442,8 +442,6 @@ def _detrend(x: FloatArray, degree: int) -> FloatArray:
 # Quartic detrending removes warm-up drift (up to ~2 slow wiggles per window) but cannot absorb the >= 9
 # cycles a reported period needs.
 _DETREND_DEGREE = 4
-
-
 _MAX_HARMONICS = 8  # harmonics of a candidate period that its score may use
 _PAD = 4  # zero-padding of the scoring spectrum (peaks are read between bins by a log-parabola)
 # Constants of the harmonic sums (read-only): harmonic numbers, and "harmonic i comes before harmonic j".
@@ -1894,20 +1892,25 @@ def stall_share(
     on its power less a straight-line trend, as a count tells waits; None where the signal is unusable. A fold
     lines up the typical iteration, so the mean iteration time can be longer than a fold by up to about this
     share."""
-    detrended = _detrended_longest(t_s, power_w, config or DetectorConfig())
-    if detrended is None or not period_s > 0:
+    seg = _longest_stretch(t_s, power_w, config or DetectorConfig())
+    if seg is None or not period_s > 0:
         return None
-    seg, _ = detrended
     return float(_stalls(_wait_samples(seg.values), period_s / seg.dt_s).mean())
+
+
+def _longest_stretch(t_s: npt.ArrayLike, power_w: npt.ArrayLike, cfg: DetectorConfig) -> UniformSignal | None:
+    """A window's longest gap-free stretch; None under 32 samples."""
+    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
+    seg = prep.longest
+    return None if seg is None or seg.n < 32 else seg
 
 
 def _detrended_longest(
     t_s: npt.ArrayLike, power_w: npt.ArrayLike, cfg: DetectorConfig
 ) -> tuple[UniformSignal, FloatArray] | None:
     """A window's longest gap-free stretch and its samples detrended as a count's are; None under 32 samples."""
-    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
-    seg = prep.longest
-    if seg is None or seg.n < 32:
+    seg = _longest_stretch(t_s, power_w, cfg)
+    if seg is None:
         return None
     return seg, _detrend(np.asarray(seg.values, dtype=np.float64), _DETREND_DEGREE)
 
@@ -1975,9 +1978,8 @@ def period_persists(
     now and then while nothing changed (looped H200 recordings: 14 false phase changes in 16 half-hours); a new
     workload at the same power level does not fold or count at the old period."""
     cfg = config or DetectorConfig()
-    prep = prepare_signal(t_s, power_w, gap_factor=cfg.gap_factor, max_backward_fraction=cfg.max_backward_fraction)
-    seg = prep.longest
-    if seg is None or seg.n < 32 or seg.held or not period_s > 0:
+    seg = _longest_stretch(t_s, power_w, cfg)
+    if seg is None or seg.held or not period_s > 0:
         return None, "no usable samples"
     if seg.duration_s < cfg.min_cycles * period_s:
         return None, f"the window holds under {cfg.min_cycles:g} periods"
