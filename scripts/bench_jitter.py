@@ -36,10 +36,11 @@ twenty-third session's, a twenty-sixth, "held-out-24", before that rule's second
 does not stop on noise, a twenty-ninth, "held-out-27", before the twenty-fourth session's edge rule, a
 thirtieth, "held-out-28", before the twenty-fifth session's look for a baseline that stands alone, a
 thirty-first, "held-out-29", before its count that tells waits on the power less a straight line, a
-thirty-second, "held-out-30", before the look's own-period margin, and a thirty-third, "held-out-31", before the
-twenty-sixth session's template check on a count over two windows.
+thirty-second, "held-out-30", before the look's own-period margin, a thirty-third, "held-out-31", before the
+twenty-sixth session's template check on a count over two windows, and a thirty-fourth, "held-out-32", before
+its looks every 3 s on the way to a longer window.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..31|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..32|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ HELD_OUT_28_PERIODS = (0.077, 0.113, 0.166, 0.223, 0.306, 0.418, 0.483)
 HELD_OUT_29_PERIODS = (0.059, 0.097, 0.143, 0.201, 0.274, 0.351, 0.468)
 HELD_OUT_30_PERIODS = (0.081, 0.121, 0.171, 0.236, 0.318, 0.427, 0.476)
 HELD_OUT_31_PERIODS = (0.063, 0.093, 0.137, 0.193, 0.262, 0.368, 0.459)
+HELD_OUT_32_PERIODS = (0.067, 0.101, 0.149, 0.217, 0.297, 0.386, 0.443)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -203,6 +205,7 @@ HELD_OUT_SETS = {
     "held-out-29": (HELD_OUT_4, HELD_OUT_29_PERIODS, 29),
     "held-out-30": (HELD_OUT_4, HELD_OUT_30_PERIODS, 30),
     "held-out-31": (HELD_OUT_4, HELD_OUT_31_PERIODS, 31),
+    "held-out-32": (HELD_OUT_4, HELD_OUT_32_PERIODS, 32),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
