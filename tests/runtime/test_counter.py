@@ -63,6 +63,23 @@ def test_the_counter_confirms_a_jittery_job_and_not_its_twin_with_the_same_sampl
     assert job.swing == pytest.approx(twin.swing, rel=0.05)  # the samples vary alike (the lags may differ)
 
 
+def test_a_read_off_the_grid_where_windows_were_joined_is_left_out() -> None:
+    """Two windows joined into one keep the first's last read, off the reads' grid (at 6.0 s between reads at 5.95
+    and 6.05 s): it splits one interval in two short ones that the lag search cannot place. Left out, the joined
+    windows give the check that one window over both gives."""
+    ts, samples, te, e_job, _ = _job_and_twin(0.18, 0.3, "burst", seed=3)
+    inside, reads = (ts >= 3.0) & (ts < 9.0), (te >= 3.0) & (te < 9.0)
+    one = counter_check(ts[inside], samples[inside], te[reads], e_job[reads])
+    at = int(np.searchsorted(te[reads], 6.0))
+    mid = 0.5 * (te[reads][at - 1] + te[reads][at])  # a read halfway between two on the grid
+    e_mid = float(np.interp(mid, te[reads], e_job[reads]))
+    joined_te = np.insert(te[reads], at, mid)
+    joined_e = np.insert(e_job[reads], at, e_mid)
+    joined = counter_check(ts[inside], samples[inside], joined_te, joined_e)
+    assert one is not None and joined is not None
+    assert (joined.correlation, joined.real_share, joined.intervals) == (one.correlation, one.real_share, one.intervals)
+
+
 def test_no_twin_is_confirmed_from_50_to_500_ms() -> None:
     """Twins of jobs of 50-500 ms, +-10-50%, two waveforms, 6 s windows: the counter's means follow the samples' at
     a fraction of their size (share of the variation at most ~0.4), where a real job's hold all of it."""

@@ -154,6 +154,38 @@ def test_energy_reads_move_half_a_step_off_the_refresh_after_a_repeat() -> None:
     assert np.round((later.energy_t_s[1] - w.energy_t_s[3]) / 0.1, 6) % 1 == 0
 
 
+class _StaleAt:
+    """A device whose first energy read at or after each of `times_s` returns the read before it (a read that
+    saw no refresh since the last)."""
+
+    def __init__(self, gpu: SimulatedGPU, times_s: list[float]) -> None:
+        self._gpu, self._times, self._last = gpu, sorted(times_s), 0.0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._gpu, name)
+
+    def energy_j(self) -> float:
+        if self._times and self._gpu.now_s() >= self._times[0] - 1e-9:
+            self._times.pop(0)
+            return self._last
+        self._last = self._gpu.energy_j()
+        return self._last
+
+
+def test_a_window_that_continues_another_keeps_its_energy_reads_on_the_grid() -> None:
+    """A window ends off the reads' grid (2.0 s, the grid at x.x5 s after a repeat); the next window continues it,
+    and its first read on the grid repeats that end read. A repeat against a window's first reading says nothing
+    about where the refreshes are: the grid stays, and the two windows are read as one window would be (before,
+    the grid moved half a step at every joined window's start)."""
+    gpu = _sim()
+    t0 = gpu.now_s()
+    sampler = Sampler(_StaleAt(gpu, [t0 + 0.2, t0 + 2.05]))  # type: ignore[arg-type]
+    a = sampler.collect(2.0, energy_every_s=0.1)
+    b = sampler.collect(1.0, continue_within_s=1.0, energy_every_s=0.1)
+    on_grid = np.round((b.energy_t_s[1:-1] - a.energy_t_s[3]) / 0.1, 6) % 1
+    assert b.energy_t_s[0] == a.energy_t_s[-1] and np.all(on_grid == 0), b.energy_t_s - t0
+
+
 def test_draining_too_rarely_loses_samples() -> None:
     gpu = _sim()
     lossy = Sampler(gpu, drain_period_s=5.0).collect(5.0)

@@ -20,6 +20,8 @@ FloatArray = npt.NDArray[np.float64]
 
 # A counter reading reflects its last 10 Hz refresh, up to one refresh (plus a read's latency) before it was read.
 _LAGS_S = np.arange(0.0, -0.151, -0.01)
+# Two consecutive intervals this short together (in typical intervals) are one split by a read off the grid.
+_JOINED_SPAN = 1.25
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,13 @@ def counter_check(
     te, ej, doubtful = te[fresh], ej[fresh], doubtful[fresh]
     if len(te) < min_intervals + 1 or len(t) < 8:
         return None
+    # Windows joined into one keep each window's last read, off the reads' grid: it splits one refresh interval in
+    # two short ones at a point the lag search cannot place. Such a read is left out (its neighbours are one
+    # interval apart), so joined windows are read as one window is.
+    typical = float(np.median(np.diff(te)))
+    joined = np.zeros(len(te), dtype=bool)
+    joined[1:-1] = (te[2:] - te[:-2]) <= _JOINED_SPAN * typical
+    te, ej, doubtful = te[~joined], ej[~joined], doubtful[~joined]
     # The samples' running integral (trapezoids), to average them over any interval.
     cum = np.concatenate(([0.0], np.cumsum(0.5 * (p[1:] + p[:-1]) * np.diff(t))))
     width = np.diff(te)

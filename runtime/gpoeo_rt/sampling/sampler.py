@@ -194,9 +194,11 @@ class Sampler:
             now = self._clock.now_s()
             if now >= next_read - _EPS and now < end - _EPS:
                 readings.append((now, self._energy()))
-                if len(readings) > 1 and readings[-1][1] == readings[-2][1] and energy_every_s:
+                if len(readings) > 2 and readings[-1][1] == readings[-2][1] and energy_every_s:
                     # No refresh since the last read: the reads sit on the counter's refresh. Half a step away,
                     # each read sees the refresh before it at a steady lag (detection.counter searches the lag).
+                    # (Not against the window's first reading, taken where the window starts, off the grid: a window
+                    # that continues another would move the grid, and read unlike one window over both.)
                     self._energy_grid_s = now + 0.5 * energy_every_s
                 next_read = self._next_energy_read(energy_every_s)
             if now >= next_drain - _EPS or now >= end - _EPS:  # without energy reads: every wake drains, as before
