@@ -106,6 +106,9 @@ class ControllerConfig:
     # A profiling window continues the last one (its samples touch the last's) when it starts at most this long
     # after it ended: the pause's samples are still in the driver's buffer. Runs of windows: _run_candidate.
     profile_run_gap_s: float = 2.0
+    # While a longer profiling window is measured, the span so far is looked at this often for a baseline that
+    # stands alone (`_LongerWindow`): a look costs analysis, not device time.
+    profile_look_every_s: float = 3.0
     # Profiling windows read the energy counter this often (None: once per window), so that a count of jittery
     # iterations can be told from an alias of faster ones (detection.counter; ~4 ms a read on an H200).
     profile_energy_every_s: float | None = 0.1
@@ -217,6 +220,9 @@ def jsonl_sink(stream: TextIO) -> LogSink:
     return write
 
 
+# A look's window is short of the length asked for by more than this (float slack on summed durations).
+_LOOK_SLACK_S = 0.05
+
 # A candidate's look (`Controller._plan_alone_look`) spans this many periods: the iterations a segmentation needs to
 # stand alone, and a tenth more for stalls.
 _ALONE_SPAN_PERIODS = 1.1 * DetectorConfig().template_min_cycles
@@ -225,9 +231,10 @@ _ALONE_SPAN_PERIODS = 1.1 * DetectorConfig().template_min_cycles
 @dataclass(frozen=True)
 class _LongerWindow:
     """A longer profiling window asked for, `length_s`, that continues the windows without a period before it:
-    first only its rest is measured and the whole looked at (`head` None); if that look finds no baseline, the
-    window goes on to `length_s`, `head` being its part measured so far. With `before`, a candidate's second
-    window: its first part is looked at with the candidate's run of windows (`before`) as one."""
+    first only its rest is measured and the whole looked at (`head` None); while a look finds no baseline, the
+    window goes on toward `length_s`, looked at again every profile_look_every_s, `head` being its part measured
+    so far; once it is `length_s` long it is analysed as if never looked at. With `before`, a candidate's second
+    window: its parts are looked at with the candidate's run of windows (`before`) as one."""
 
     length_s: float
     head: PowerWindow | None = None
@@ -647,20 +654,30 @@ class Controller:
             continue_within_s=cfg.profile_run_gap_s if last or longer else 0.0,
             energy_every_s=cfg.profile_energy_every_s,
         )
-        if longer is not None and longer.head is not None and _touches(longer.head, window):
-            window, self._prof_window_s = merge_windows([longer.head, window]), longer.length_s
+        continued = longer is not None and longer.head is not None and _touches(longer.head, window)
+        if continued and longer is not None and longer.head is not None:
+            window = merge_windows([longer.head, window])
+        # A look: the window so far is still short of the length asked for (`_LongerWindow`).
+        looking = (
+            longer is not None
+            and (longer.head is None or continued)
+            and window.duration_s < longer.length_s - _LOOK_SLACK_S
+        )
+        if longer is not None and not looking:
+            self._prof_window_s = longer.length_s
         # Everything since the first window without a period, while the windows touch (each continues the last).
         span, joined = window, False
         joint: PeriodEstimate | None = None  # the span's estimate, where it was analysed as one
         short, self._prof_extend = self._prof_extend, None
         if short is not None and _touches(short, window) and short.duration_s + window.duration_s <= cfg.max_window_s:
             span = merge_windows([short, window])
-        if longer is not None and longer.head is None and longer.before is not None and _touches(longer.before, window):
+        if looking and longer is not None and longer.before is not None and _touches(longer.before, window):
             span = merge_windows([longer.before, window])
-        if longer is not None and longer.head is None and span is not window:
-            # The early look: the span so far with the rest of the window asked for, as one window that long (or a
-            # candidate's run of windows with its second window's first part: `_plan_alone_look`). It ends
-            # profiling only with a baseline that stands alone (a candidate would divert the pairing).
+        if looking and longer is not None and span is not window:
+            # The early look: the span so far (the windows without a period and the part of the window asked for
+            # measured so far) as one window (or a candidate's run of windows with its second window's part so
+            # far: `_plan_alone_look`). It ends profiling only with a baseline that stands alone (a candidate would
+            # divert the pairing).
             est = joint = self._estimate([span], stands_alone=True)
             # A candidate's look was planned to hold 33 of the candidate's periods; it must hold as many of its own,
             # within 1% (a segmentation that merged iterations, or took in a stall at its edge, comes out long).
@@ -672,15 +689,20 @@ class Controller:
             if short_look or not (
                 joint.ok and joint.period_s is not None and joint.stands_alone and self._one_phase(span)
             ):
-                # Not yet: the window goes on to the length asked for, as if it had not been looked at.
+                # Not yet: the window goes on toward the length asked for, as if it had not been looked at, and
+                # is looked at again every profile_look_every_s on the way.
                 self._prof_extend, self._prof_longer = short, replace(longer, head=window)
-                self._prof_window_s = max(0.1, longer.length_s - window.duration_s)
+                rest_s = longer.length_s - window.duration_s
+                step_s = cfg.profile_look_every_s
+                self._prof_window_s = max(0.1, rest_s if rest_s < 1.5 * step_s else step_s)
                 seen = (
                     f"{joint.verdict.value}: {joint.message}"
                     if joint.period_s is None
                     else f"period {joint.period_s * 1e3:.2f} ms, not alone"
                 )
-                look = "a first look" if longer.before is None else "a look with the candidate's windows"
+                look = "a first look" if longer.head is None else "a look"
+                if longer.before is not None:
+                    look += " with the candidate's windows"
                 return self._decide(
                     "longer_window",
                     State.PROFILING,
@@ -796,22 +818,27 @@ class Controller:
             self._plan_window(min(cfg.max_window_s, max(suggested, 1.5 * self._prof_window_s)), span)
             return self._decide("longer_window", State.PROFILING, est.message, **info)
         if self._prof_window_s < cfg.max_window_s:
-            self._prof_window_s = min(cfg.max_window_s, 2.0 * self._prof_window_s)
+            self._plan_window(min(cfg.max_window_s, 2.0 * self._prof_window_s), span)
             return self._decide(
                 "no_period",
                 State.PROFILING,
-                f"{est.verdict.value}: {est.message}; next window {self._prof_window_s:g} s",
+                f"{est.verdict.value}: {est.message}; next window {self._planned_length():g} s",
                 **info,
             )
         return self._decide("no_period", State.PROFILING, f"{est.verdict.value}: {est.message}", **info)
 
     def _plan_window(self, length_s: float, span: PowerWindow) -> None:
         """The next window: `length_s` long; where it continues `span` (the windows without a period so far, as
-        one) and the rest of that length is shorter, first that rest, for the early look (`_LongerWindow`)."""
+        one) and the rest of that length is shorter, first that rest, for the early look, then the looks every
+        profile_look_every_s on the way (`_LongerWindow`)."""
         self._prof_window_s = length_s
         rest_s = max(self.config.first_window_s, length_s - span.duration_s)
         if rest_s < length_s:
             self._prof_window_s, self._prof_longer = rest_s, _LongerWindow(length_s)
+
+    def _planned_length(self) -> float:
+        """The next profiling window's length, looks on the way included."""
+        return self._prof_longer.length_s if self._prof_longer is not None else self._prof_window_s
 
     def _plan_alone_look(self, period_s: float) -> None:
         """A candidate's second window, where the candidate's run of touching windows and the first part of it
