@@ -50,6 +50,14 @@ def _taken(
     return taken
 
 
+def _samples(spec: JitterSpec, folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The job's buffered power samples (times, watts) and its true iteration ends, in order."""
+    make_jittered_trace(spec, folder)
+    trace = read_trace(folder)
+    assert trace.iterations is not None
+    return trace.power.t_s, trace.power.power_w, np.sort(trace.iterations.t_s)
+
+
 def _job(tmp_path: Path, period_s: float, jitter: float, tail: str = "uniform") -> Path:
     spec = JitterSpec(TRACES / "resnet_512", 0, period_s, jitter, tail, duration_s=30.0)
     folder = tmp_path / spec.name
@@ -89,10 +97,7 @@ def test_a_matched_template_segments_iterations_with_long_stalls(tmp_path: Path)
     """+-50% host stalls (0-200 ms on 200 ms iterations): no period folds and the band-passed count fails its
     checks; the template of the compute burst segments the window's iterations instead."""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.2, 0.5, duration_s=60.0)
-    make_jittered_trace(spec, tmp_path / "job")
-    trace = read_trace(tmp_path / "job")
-    assert trace.iterations is not None
-    t, p, ends = trace.power.t_s, trace.power.power_w, trace.iterations.t_s
+    t, p, ends = _samples(spec, tmp_path / "job")
     errors = []
     for start in (1005.0, 1020.0, 1035.0):
         m = (t >= start) & (t < start + 12.0)
@@ -113,10 +118,7 @@ def test_a_long_stall_near_a_windows_end_is_one_wait_not_counted_cycles(tmp_path
     the stall is one wait: no count that far off (the window has no period; with the 6 s before it, a template
     segments 321.8 ms, truth 319.6 ms)."""
     spec = JitterSpec(TRACES.parent / "h200-live/resnet_512", 0, 0.306, 0.5, "heavy", seed=28)
-    make_jittered_trace(spec, tmp_path / "job")
-    trace = read_trace(tmp_path / "job")
-    assert trace.iterations is not None
-    t, p, ends = trace.power.t_s, trace.power.power_w, np.sort(trace.iterations.t_s)
+    t, p, ends = _samples(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 21.7
     for a, b in ((9.0, 15.0), (3.0, 15.0)):
         m = (t >= start + a) & (t < start + b)
@@ -134,10 +136,7 @@ def test_a_count_over_two_windows_that_merges_the_shortest_iterations_yields_to_
     at the count segments 60 iterations of 147.5 ms; where the two disagree by more than 3%, as in a window's own
     count, the template's mean stands."""
     spec = JitterSpec(TRACES.parent / "h200-live/gpt_16-mlp_65536", 0, 0.143, 0.5, "uniform", seed=29)
-    make_jittered_trace(spec, tmp_path / "job")
-    trace = read_trace(tmp_path / "job")
-    assert trace.iterations is not None
-    t, p, ends = trace.power.t_s, trace.power.power_w, np.sort(trace.iterations.t_s)
+    t, p, ends = _samples(spec, tmp_path / "job")
     start = 1000.0 + spec.lead_s + 29.9
     m = (t >= start) & (t < start + 9.0)
     inside = ends[(ends >= start) & (ends < start + 9.0)]
@@ -154,10 +153,7 @@ def test_heavy_tailed_stalls_that_inflate_the_spread_of_the_samples_still_segmen
     one segment, each within 2% (on 8 such jobs 64 of 72 windows; 54 before the count's phase ran on through quiet
     stretches at the bursts' level, docs/jitter.md, session 25; this test's four chosen windows hid a miss then)."""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.15, 0.5, "heavy", duration_s=60.0)
-    make_jittered_trace(spec, tmp_path / "job")
-    trace = read_trace(tmp_path / "job")
-    assert trace.iterations is not None
-    t, p, ends = trace.power.t_s, trace.power.power_w, trace.iterations.t_s
+    t, p, ends = _samples(spec, tmp_path / "job")
     errors, missed = [], []
     for start in np.arange(1005.0, 1046.0, 5.0):
         m = (t >= start) & (t < start + 12.0)
