@@ -654,14 +654,13 @@ class Controller:
             continue_within_s=cfg.profile_run_gap_s if last or longer else 0.0,
             energy_every_s=cfg.profile_energy_every_s,
         )
-        continued = longer is not None and longer.head is not None and _touches(longer.head, window)
-        if continued and longer is not None and longer.head is not None:
-            window = merge_windows([longer.head, window])
+        head = longer.head if longer is not None else None
+        continued = head is not None and _touches(head, window)
+        if continued and head is not None:
+            window = merge_windows([head, window])
         # A look: the window so far is still short of the length asked for (`_LongerWindow`).
         looking = (
-            longer is not None
-            and (longer.head is None or continued)
-            and window.duration_s < longer.length_s - _LOOK_SLACK_S
+            longer is not None and (head is None or continued) and window.duration_s < longer.length_s - _LOOK_SLACK_S
         )
         if longer is not None and not looking:
             self._prof_window_s = longer.length_s

@@ -78,9 +78,9 @@ def counter_check(
     # Windows joined into one keep each window's last read, off the reads' grid: it splits one refresh interval in
     # two short ones at a point the lag search cannot place. Such a read is left out (its neighbours are one
     # interval apart), so joined windows are read as one window is.
-    typical = float(np.median(np.diff(te)))
+    read_step = float(np.median(np.diff(te)))
     joined = np.zeros(len(te), dtype=bool)
-    joined[1:-1] = (te[2:] - te[:-2]) <= _JOINED_SPAN * typical
+    joined[1:-1] = (te[2:] - te[:-2]) <= _JOINED_SPAN * read_step
     te, ej, doubtful = te[~joined], ej[~joined], doubtful[~joined]
     # The samples' running integral (trapezoids), to average them over any interval.
     cum = np.concatenate(([0.0], np.cumsum(0.5 * (p[1:] + p[:-1]) * np.diff(t))))
