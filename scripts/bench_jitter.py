@@ -38,10 +38,11 @@ thirtieth, "held-out-28", before the twenty-fifth session's look for a baseline 
 thirty-first, "held-out-29", before its count that tells waits on the power less a straight line, a
 thirty-second, "held-out-30", before the look's own-period margin, a thirty-third, "held-out-31", before the
 twenty-sixth session's template check on a count over two windows, a thirty-fourth, "held-out-32", before its
-looks every 3 s on the way to a longer window, and a thirty-fifth, "held-out-33", before the energy reads of
-windows that continue one another are kept on one grid.
+looks every 3 s on the way to a longer window, a thirty-fifth, "held-out-33", before the energy reads of
+windows that continue one another are kept on one grid, and a thirty-sixth, "held-out-34", before the
+twenty-seventh session's first change.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..33|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..34|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ HELD_OUT_30_PERIODS = (0.081, 0.121, 0.171, 0.236, 0.318, 0.427, 0.476)
 HELD_OUT_31_PERIODS = (0.063, 0.093, 0.137, 0.193, 0.262, 0.368, 0.459)
 HELD_OUT_32_PERIODS = (0.067, 0.101, 0.149, 0.217, 0.297, 0.386, 0.443)
 HELD_OUT_33_PERIODS = (0.071, 0.117, 0.162, 0.229, 0.311, 0.409, 0.487)
+HELD_OUT_34_PERIODS = (0.056, 0.091, 0.133, 0.188, 0.257, 0.347, 0.471)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -209,6 +211,7 @@ HELD_OUT_SETS = {
     "held-out-31": (HELD_OUT_4, HELD_OUT_31_PERIODS, 31),
     "held-out-32": (HELD_OUT_4, HELD_OUT_32_PERIODS, 32),
     "held-out-33": (HELD_OUT_4, HELD_OUT_33_PERIODS, 33),
+    "held-out-34": (HELD_OUT_4, HELD_OUT_34_PERIODS, 34),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
