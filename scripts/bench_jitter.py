@@ -40,10 +40,10 @@ thirty-second, "held-out-30", before the look's own-period margin, a thirty-thir
 twenty-sixth session's template check on a count over two windows, a thirty-fourth, "held-out-32", before its
 looks every 3 s on the way to a longer window, a thirty-fifth, "held-out-33", before the energy reads of
 windows that continue one another are kept on one grid, a thirty-sixth, "held-out-34", before the
-twenty-seventh session's first change, and a thirty-seventh, "held-out-35", before that change's form that asks the
-energy counter.
+twenty-seventh session's first change, a thirty-seventh, "held-out-35", before that change's form that asks the
+energy counter, and a thirty-eighth, "held-out-36", before its first look that folds taken as the candidate.
 
-Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..35|real|all] [--rows] [--out DIR]
+Usage: python scripts/bench_jitter.py [--set tuned|held-out|held-out-2..36|real|all] [--rows] [--out DIR]
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ HELD_OUT_32_PERIODS = (0.067, 0.101, 0.149, 0.217, 0.297, 0.386, 0.443)
 HELD_OUT_33_PERIODS = (0.071, 0.117, 0.162, 0.229, 0.311, 0.409, 0.487)
 HELD_OUT_34_PERIODS = (0.056, 0.091, 0.133, 0.188, 0.257, 0.347, 0.471)
 HELD_OUT_35_PERIODS = (0.064, 0.107, 0.155, 0.211, 0.283, 0.377, 0.493)
+HELD_OUT_36_PERIODS = (0.052, 0.083, 0.124, 0.177, 0.244, 0.331, 0.452)
 # set -> (recordings, periods, seed)
 HELD_OUT_SETS = {
     "held-out": (HELD_OUT, (0.05, 0.1, 0.15, 0.3, 0.5), 1),
@@ -215,6 +216,7 @@ HELD_OUT_SETS = {
     "held-out-33": (HELD_OUT_4, HELD_OUT_33_PERIODS, 33),
     "held-out-34": (HELD_OUT_4, HELD_OUT_34_PERIODS, 34),
     "held-out-35": (HELD_OUT_4, HELD_OUT_35_PERIODS, 35),
+    "held-out-36": (HELD_OUT_4, HELD_OUT_36_PERIODS, 36),
 }
 SYNTHETIC_SETS = ("tuned", *HELD_OUT_SETS)
 MAX_SQUEEZE = 2.0
