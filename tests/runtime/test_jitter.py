@@ -14,7 +14,7 @@ from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
 from gpoeo_rt.bench.replay import hold_replay, profile_replay
 from gpoeo_rt.controller import controller as controller_module
 from gpoeo_rt.controller.controller import Controller
-from gpoeo_rt.detection import counted_period_near, detect_period
+from gpoeo_rt.detection import DetectorConfig, counted_period_near, detect_period
 from gpoeo_rt.prediction.predictor import Predictor
 from gpoeo_rt.prediction.selection import select_bundle
 from gpoeo_rt.tracefile import read_trace
@@ -384,6 +384,47 @@ def test_a_long_jittered_window_of_30_segmented_iterations_is_a_baseline_alone(
     ]
     assert len(ok) >= 4, [(o.events, o.window_error, o.concluded_s - o.start_s) for o in outcomes]
     assert all(o.conclusion != "baseline" or abs(o.window_error or 0.0) <= 0.05 for o in outcomes)
+
+
+def _near_periodic_gpt(tmp_path: Path) -> tuple[JitterSpec, Path]:
+    """A 409 ms transformer with +-10% uniform stalls (held-out-33), whose first 14 s hold 34 iterations."""
+    spec = JitterSpec(TRACES.parent / "h200-live/gpt_64", 0, 0.409, 0.1, "uniform", seed=33)
+    return spec, tmp_path / "job"
+
+
+def test_iterations_that_vary_little_are_segmented_where_a_template_agrees_with_their_count(tmp_path: Path) -> None:
+    """No fold holds over the first 14 s of a 409 ms job with +-10% stalls; the count finds 407.8 ms over 33
+    cycles, and a matched template started at it 406.7 ms over 34 iterations, but their lengths spread 6%, under
+    the 12% a template needs without a count: the count waited for a second window. A template that agrees with a
+    count that passed every check, where the energy counter shows the variation, gives the window's mean, and
+    stands alone. A steady fast job's alias can give the same samples, not the counter's variation: without it,
+    nothing changes."""
+    spec, folder = _near_periodic_gpt(tmp_path)
+    t, p, ends = _samples(spec, folder)
+    start = 1000.0 + spec.lead_s + 0.5
+    m = (t >= start) & (t < start + 14.0)
+    inside = ends[(ends >= start) & (ends < start + 14.0)]
+    truth = float(np.diff(inside).mean())
+    judged = DetectorConfig(judge_stands_alone=True)
+    est = detect_period(t[m], p[m], config=judged, variation_confirmed=True)
+    assert est.method == "template" and est.stands_alone, est.message
+    assert est.period_s is not None and abs(est.period_s / truth - 1.0) < 0.01, (est.period_s, truth)
+    unconfirmed = detect_period(t[m], p[m], config=judged)
+    assert unconfirmed.method == "count" and not unconfirmed.stands_alone, unconfirmed.message
+
+
+def test_a_near_periodic_jittery_job_is_a_baseline_from_one_window_of_34_iterations(
+    tmp_path: Path, predictor: Predictor
+) -> None:
+    """The 409 ms job above, 0.5 s in: the 3 s window guesses 1.22 s and asks for 11 s; the look at 11 s (27
+    iterations) folds, not alone; the 11 s window, with the 3 s before it (34 iterations), now stands alone: a
+    baseline 14 s in, within 1% (before: a candidate there, paired by a second 11 s window 25 s in)."""
+    spec, folder = _near_periodic_gpt(tmp_path)
+    make_jittered_trace(spec, folder)
+    start = 1000.0 + spec.lead_s + 0.5
+    o = profile_replay(folder, start, predictor)
+    assert [e.split(":")[0] for e in o.events] == ["longer_window", "longer_window", "baseline"], o.events
+    assert o.concluded_s - start <= 14.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
 def test_a_segmentation_whose_edge_holds_its_longest_iteration_does_not_stand_alone(

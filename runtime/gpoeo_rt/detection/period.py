@@ -1319,7 +1319,8 @@ def _count_cycles(
     c = min((c for c in passed if c.phase_r2 >= 0.9 * best), key=lambda c: c.period)
     # The band-passed count is biased, not noisy, where iterations merge or a long stall rings (docs/jitter.md,
     # session 9): a matched-template segmentation started at it is an independent estimate of the same mean.
-    seg = _segment_count(y, dt, c.period, cfg)
+    runs_by_start: dict[float, _Segmentation | None] = {}
+    seg = _segment_count(y, dt, c.period, cfg, runs_by_start=runs_by_start)
     if _template_disagrees(seg, c.period, cfg):
         assert seg is not None
         disagree = f"counted {c.period * 1e3:.1f} ms, but a matched template segments {seg.period * 1e3:.1f} ms"
@@ -1327,7 +1328,14 @@ def _count_cycles(
             return _segmented_period(failed, seg, f"{disagree}; {failed.message}", _stands_alone(y, dt, seg, cfg))
         return replace(failed, message=f"{failed.message}; {disagree} ({seg.cycles} iterations): no count")
     # Count and template agree: where the template's iterations stand alone, so does its estimate (a count alone
-    # waits for a second window; docs/jitter.md, session 24).
+    # waits for a second window; docs/jitter.md, session 24). Iterations that vary less than template_min_spread
+    # may be segmented too where the count passed every check and the energy counter shows the variation (which a
+    # fast job's alias, with the same samples, does not): a +-10% 409 ms job, 34 iterations in 14 s, spread 6%
+    # (docs/jitter.md, session 30).
+    if seg is None and cfg.judge_stands_alone and variation_confirmed and not c.waived:
+        seg = _segment_count(y, dt, c.period, cfg, min_spread=0.0, runs_by_start=runs_by_start)
+        if seg is not None and abs(seg.period / c.period - 1.0) > cfg.count_template_agreement:
+            seg = None
     if (
         seg is not None
         and seg.cycles >= cfg.template_min_cycles
@@ -1757,18 +1765,30 @@ _SUPPORT_R2 = 0.1
 
 
 def _segment_count(
-    y: FloatArray, dt: float, period: float, cfg: DetectorConfig, *, whole: bool = True
+    y: FloatArray,
+    dt: float,
+    period: float,
+    cfg: DetectorConfig,
+    *,
+    whole: bool = True,
+    min_spread: float | None = None,
+    runs_by_start: dict[float, _Segmentation | None] | None = None,
 ) -> _Segmentation | None:
     """The best segmentation from the starts of cfg.template_starts around `period`, if another start agrees.
 
     Trust needs two runs that fit within _SUPPORT_R2 of the best, itself >= template_min_r2: once the runs left
-    cannot make two that fit within that of template_min_r2, the rest are not run (the answer is None anyway)."""
+    cannot make two that fit within that of template_min_r2, the rest are not run (the answer is None anyway).
+    `min_spread`: the segments' least spread, cfg.template_min_spread unless given. `runs_by_start`: the
+    segmentations of these samples so far, by start (a second call with another min_spread runs none again)."""
     runs: list[_Segmentation] = []
     floor = cfg.template_min_r2 - _SUPPORT_R2
+    memo: dict[float, _Segmentation | None] = {} if runs_by_start is None else runs_by_start
     for i, k in enumerate(cfg.template_starts):
         if sum(r.r2 >= floor for r in runs) + len(cfg.template_starts) - i < 2:
             return None
-        if (r := _segment_from(y, dt, k * period, cfg)) is not None:
+        if (start := k * period) not in memo:
+            memo[start] = _segment_from(y, dt, start, cfg)
+        if (r := memo[start]) is not None:
             runs.append(r)
     if not runs:
         return None
@@ -1780,7 +1800,8 @@ def _segment_count(
         # Segments that alternate are iterations split in k (only one part holds the stall): the whole iteration
         # is the segment, if a segmentation started there holds (and is not split in turn).
         for k in _SPLIT_PARTS if whole else ():
-            if (longer := _segment_count(y, dt, k * best.period, cfg, whole=False)) is not None:
+            longer = _segment_count(y, dt, k * best.period, cfg, whole=False, min_spread=min_spread, runs_by_start=memo)
+            if longer is not None:
                 return longer
         return None
     trusted = (
@@ -1788,7 +1809,7 @@ def _segment_count(
         and len(support) >= 2
         and (best.depth >= cfg.template_min_depth or best.contrast >= cfg.template_min_contrast)
         and best.wander <= cfg.template_max_wander
-        and best.spread >= cfg.template_min_spread
+        and best.spread >= (cfg.template_min_spread if min_spread is None else min_spread)
         and (best.hidden < 2 or best.hidden <= cfg.template_max_hidden * best.cycles)
     )
     return best if trusted else None
