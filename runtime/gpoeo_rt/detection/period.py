@@ -196,6 +196,8 @@ class DetectorConfig:
     # fits its made-up bursts loosely (the 100 wandering 22-40 ms jobs: at most 5.4; docs/jitter.md session 17).
     template_min_contrast: float = 6.0
     template_max_wander: float = 0.55
+    # (The spread floor is waived where a count that passed every check agrees and the energy counter confirms the
+    # variation: _count_cycles.)
     template_min_spread: float = 0.12
     # Segments alternating long / short are a longer iteration split in two (a 500 ms pulse job segments at
     # 252 ms): consecutive lengths then anti-correlate (tuning jobs >= -0.32).
@@ -1334,7 +1336,7 @@ def _count_cycles(
     # (docs/jitter.md, session 30).
     if seg is None and cfg.judge_stands_alone and variation_confirmed and not c.waived:
         seg = _segment_count(y, dt, c.period, cfg, min_spread=0.0, runs_by_start=runs_by_start)
-        if seg is not None and abs(seg.period / c.period - 1.0) > cfg.count_template_agreement:
+        if _template_disagrees(seg, c.period, cfg):
             seg = None
     if (
         seg is not None
