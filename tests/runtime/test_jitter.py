@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpoeo_rt.bench.jitter import JitterSpec, make_jittered_trace
-from gpoeo_rt.bench.replay import hold_replay, profile_replay
+from gpoeo_rt.bench.replay import ReplayOutcome, hold_replay, profile_replay
 from gpoeo_rt.controller import controller as controller_module
 from gpoeo_rt.controller.controller import Controller
 from gpoeo_rt.detection import DetectorConfig, counted_period_near, detect_period
@@ -56,6 +56,17 @@ def _samples(spec: JitterSpec, folder: Path) -> tuple[np.ndarray, np.ndarray, np
     trace = read_trace(folder)
     assert trace.iterations is not None
     return trace.power.t_s, trace.power.power_w, np.sort(trace.iterations.t_s)
+
+
+def _replayed(
+    spec: JitterSpec, folder: Path, offset_s: float, predictor: Predictor
+) -> tuple[ReplayOutcome, float, list[str]]:
+    """Profiling replayed on the synthetic job `spec` (written to `folder`) from offset_s into its phase: the
+    outcome, the device time it started at, and its events without their periods."""
+    make_jittered_trace(spec, folder)
+    start = 1000.0 + spec.lead_s + offset_s
+    o = profile_replay(folder, start, predictor)
+    return o, start, [e.split(":")[0] for e in o.events]
 
 
 def _job(tmp_path: Path, period_s: float, jitter: float, tail: str = "uniform") -> Path:
@@ -292,11 +303,8 @@ def test_windows_too_short_to_count_alone_are_counted_as_one_run(
     (The longer window after one without a period is first looked at with it once it holds 3 s: a `longer_window` that
     finds no baseline standing alone.)"""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.2, 0.3, rise_tau_s=INSTANT_RISE)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 5.9
     runs = _taken(monkeypatch, "_run_alone")
-    o = profile_replay(tmp_path / "job", start, predictor)
-    events = [e.split(":")[0] for e in o.events]
+    o, start, events = _replayed(spec, tmp_path / "job", 5.9, predictor)
     assert events == ["no_period", "longer_window", "baseline"] and len(runs) == 1, o.events
     assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
     assert o.window_error is not None and abs(o.window_error) < 0.02
@@ -308,9 +316,7 @@ def test_a_fold_and_a_count_of_one_jittery_job_pair_where_their_joint_count_agre
     """A 100 ms +-10% job folds in one window and counts in the next: two kinds of evidence, which pair only where
     the count over both windows agrees with each within 2% (before: 24 s of windows alternating fold and count)."""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.1)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
-    o = profile_replay(tmp_path / "job", start, predictor)
+    o, start, _ = _replayed(spec, tmp_path / "job", 0.5, predictor)
     assert o.conclusion == "baseline" and o.concluded_s - start <= 10.0, o.events
     assert o.window_error is not None and abs(o.window_error) < 0.02
 
@@ -324,11 +330,9 @@ def test_a_counted_candidate_is_confirmed_by_36_of_its_periods(
     docs/jitter.md, session 25.) (The longer window after one without a period is first looked at with it once it holds
     3 s: a `longer_window` that finds no baseline standing alone.)"""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.1, 0.3, rise_tau_s=INSTANT_RISE)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 17.9
     capped = _taken(monkeypatch, "_counted_second_window", lambda length_s, args, _: length_s < args[0])
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["no_period", "longer_window", "period_candidate", "baseline"]
+    o, start, events = _replayed(spec, tmp_path / "job", 17.9, predictor)
+    assert events == ["no_period", "longer_window", "period_candidate", "baseline"]
     assert capped and o.concluded_s - start == pytest.approx(9.0 + 36 * 0.1, abs=0.2), (capped, o.events)
     assert o.window_error is not None and abs(o.window_error) < 0.02
 
@@ -420,10 +424,8 @@ def test_a_near_periodic_jittery_job_is_a_baseline_from_one_window_of_34_iterati
     iterations) folds, not alone; the 11 s window, with the 3 s before it (34 iterations), now stands alone: a
     baseline 14 s in, within 1% (before: a candidate there, paired by a second 11 s window 25 s in)."""
     spec, folder = _near_periodic_gpt(tmp_path)
-    make_jittered_trace(spec, folder)
-    start = 1000.0 + spec.lead_s + 0.5
-    o = profile_replay(folder, start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["longer_window", "longer_window", "baseline"], o.events
+    o, start, events = _replayed(spec, folder, 0.5, predictor)
+    assert events == ["longer_window", "longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 14.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
@@ -436,10 +438,8 @@ def test_a_segmentation_whose_edge_holds_its_longest_iteration_does_not_stand_al
     it is a candidate, and the next 9 s, with no such edge, stand alone within 2%. (The longer window after one without
     a period is first looked at with it once it holds 3 s: a `longer_window` that finds no baseline standing alone.)"""
     spec = JitterSpec(TRACES / "gpt_64", 0, 0.287, 0.5, "heavy", seed=26)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["no_period", "longer_window", "period_candidate", "baseline"]
+    o, start, events = _replayed(spec, tmp_path / "job", 0.5, predictor)
+    assert events == ["no_period", "longer_window", "period_candidate", "baseline"]
     assert o.concluded_s - start <= 20.0 and o.window_error is not None and abs(o.window_error) < 0.02
 
 
@@ -448,10 +448,8 @@ def test_a_run_whose_windows_did_not_pair_stands_alone_as_one(tmp_path: Path, pr
     that does not stand alone), whose count (275 ms) waits for a second; analysed together (14 s, ~50 iterations)
     the run stands alone: a baseline 14 s in (before: a second window of 10 s and a pair 2.5% off, 24 s in)."""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.27, 0.3, "heavy", duration_s=60.0, rise_tau_s=INSTANT_RISE)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 7.3
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["longer_window", "longer_window", "baseline"], o.events
+    o, start, events = _replayed(spec, tmp_path / "job", 7.3, predictor)
+    assert events == ["longer_window", "longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 15.0 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
@@ -467,11 +465,8 @@ def test_a_fold_then_a_window_without_a_period_pair_where_the_count_over_both_co
     test_two_folds_of_a_jittery_job_pair_within_what_chance_allows.) The second window's first part, looked at with
     the candidate's (`_plan_alone_look`), does not stand alone."""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "uniform", duration_s=60.0, rise_tau_s=INSTANT_RISE)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 6.3
     confirmed = _taken(monkeypatch, "_fold_then_count")
-    o = profile_replay(tmp_path / "job", start, predictor)
-    events = [e.split(":")[0] for e in o.events]
+    o, start, events = _replayed(spec, tmp_path / "job", 6.3, predictor)
     assert events == ["period_candidate", "longer_window", "baseline"] and len(confirmed) == 1, o.events
     assert o.concluded_s - start <= 6.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
@@ -521,10 +516,7 @@ def test_a_window_shorter_than_the_candidates_is_not_paired_by_their_fold(tmp_pa
     baseline within 1%, 15.4 s in. (The longer window after one without a period is first looked at with it once it
     holds 3 s: a `longer_window` that finds no baseline standing alone.)"""
     spec = JitterSpec(TRACES.parent / "h200-live/gpt_64", 0, 0.181, 0.0, seed=21)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 7.3
-    o = profile_replay(tmp_path / "job", start, predictor)
-    events = [e.split(":")[0] for e in o.events]
+    o, start, events = _replayed(spec, tmp_path / "job", 7.3, predictor)
     assert events == ["period_candidate", "no_period", "longer_window", "period_candidate", "baseline"], o.events
     assert o.concluded_s - start <= 15.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
@@ -536,10 +528,8 @@ def test_two_folds_of_a_jittery_job_pair_within_what_chance_allows(tmp_path: Pat
     within 2% of the mean over its windows (before: 9.6 s in, from the count over a third window). The look at the
     second window's first part with the first (`_plan_alone_look`) finds no baseline that stands alone."""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "heavy", duration_s=60.0)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "longer_window", "baseline"], o.events
+    o, start, events = _replayed(spec, tmp_path / "job", 0.5, predictor)
+    assert events == ["period_candidate", "longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 7.0 and o.window_error is not None and abs(o.window_error) < 0.02
 
 
@@ -551,10 +541,8 @@ def test_a_window_without_a_period_then_a_fold_pair_where_the_count_over_both_co
     window after one without a period is first looked at with it once it holds 3 s: a `longer_window` that finds no
     baseline standing alone.)"""
     spec = JitterSpec(TRACES / "gpt_16-mlp_65536", 0, 0.16, 0.1, "heavy", duration_s=60.0, rise_tau_s=INSTANT_RISE)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 7.3
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["no_period", "longer_window", "baseline"], o.events
+    o, start, events = _replayed(spec, tmp_path / "job", 7.3, predictor)
+    assert events == ["no_period", "longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 10.0 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
@@ -565,10 +553,8 @@ def test_a_longer_window_continues_the_one_too_short_for_the_period(tmp_path: Pa
     (The longer window after one without a period is first looked at with it once it holds 3 s: a `longer_window` that
     finds no baseline standing alone.)"""
     spec = JitterSpec(TRACES.parent / "h200-live" / "gpt_64", 0, 0.205, 0.0, seed=13)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 7.3
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["no_period", "longer_window", "period_candidate", "baseline"]
+    o, start, events = _replayed(spec, tmp_path / "job", 7.3, predictor)
+    assert events == ["no_period", "longer_window", "period_candidate", "baseline"]
     assert o.concluded_s - start <= 18.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
@@ -581,10 +567,8 @@ def test_a_longer_window_is_looked_at_once_it_and_the_windows_before_it_are_long
     without a period is first looked at with it once it holds 3 s: a `longer_window` that finds no baseline standing
     alone.)"""
     spec = JitterSpec(TRACES / "resnet_512", 0, 0.36, 0.5, "heavy", duration_s=60.0, rise_tau_s=INSTANT_RISE)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 14.1
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["no_period", "longer_window", "longer_window", "baseline"]
+    o, start, events = _replayed(spec, tmp_path / "job", 14.1, predictor)
+    assert events == ["no_period", "longer_window", "longer_window", "baseline"]
     assert o.concluded_s - start <= 12.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
 
@@ -594,10 +578,7 @@ def test_a_longer_window_is_looked_at_again_every_3_s_on_its_way(tmp_path: Path,
     period that does not stand alone; 3 s later the 15 s (47 iterations) stand alone: a baseline 15 s in, within
     1% (before: the 12 s window alone stood, 21 s in)."""
     spec = JitterSpec(TRACES.parent / "h200-jitter/resnet_512", 0, 0.318, 0.5, "heavy", seed=30)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 21.7
-    o = profile_replay(tmp_path / "job", start, predictor)
-    events = [e.split(":")[0] for e in o.events]
+    o, start, events = _replayed(spec, tmp_path / "job", 21.7, predictor)
     assert events == ["no_period", "longer_window", "no_period", "longer_window", "baseline"], o.events
     assert o.concluded_s - start <= 15.5 and o.window_error is not None and abs(o.window_error) < 0.01
 
@@ -610,10 +591,7 @@ def test_an_early_look_that_finds_nothing_leaves_the_window_asked_for_as_it_was(
     second window confirms it: 21 s in, as without the look. (The candidate's look, at 33 iterations of it with the
     second window's first part, finds no baseline that stands alone either, nor its second look 3 s later.)"""
     spec = JitterSpec(TRACES / "gpt_64", 0, 0.41, 0.0, duration_s=60.0)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 0.5
-    o = profile_replay(tmp_path / "job", start, predictor)
-    events = [e.split(":")[0] for e in o.events]
+    o, start, events = _replayed(spec, tmp_path / "job", 0.5, predictor)
     looks = ["longer_window", "longer_window"]
     assert events == [*looks, "period_candidate", *looks, "baseline"], o.events
     assert abs(o.concluded_s - start - 21.0) < 0.1 and o.window_error is not None and abs(o.window_error) < 0.01
@@ -627,12 +605,10 @@ def test_a_candidates_second_window_is_looked_at_with_it_once_both_hold_33_itera
     Its second window (10.4 s) is first measured to the 5.1 s that make the run of windows 33 iterations long, and
     the run stands alone: a baseline 17.1 s in, within 0.5% (before: 22.4 s, from the pair)."""
     spec = JitterSpec(TRACES / "gpt_64", 0, 0.497, 0.3, seed=27)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 21.7
     planned = _taken(monkeypatch, "_plan_alone_look", lambda result, args, kwargs: True)
     alone = _taken(monkeypatch, "_on_baseline", lambda result, args, kwargs: len(args[0]) == 1)
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["longer_window", "longer_window", "period_candidate", "baseline"]
+    o, start, events = _replayed(spec, tmp_path / "job", 21.7, predictor)
+    assert events == ["longer_window", "longer_window", "period_candidate", "baseline"]
     assert len(planned) == 1 and len(alone) == 1
     assert o.concluded_s - start <= 17.5 and o.window_error is not None and abs(o.window_error) < 0.005
 
@@ -645,10 +621,8 @@ def test_a_candidates_look_stands_alone_only_where_it_holds_33_of_its_own_period
     (+7.6%: merged iterations and a 505 ms one at the span's end). 5.4 s hold only 32 periods of 169.5 ms: the look
     gives way, and the second window pairs with the candidate: within 2%, 6.3 s in."""
     spec = JitterSpec(TRACES.parent / "h200-jitter/resnet_512", 0, 0.153, 0.3, "heavy", seed=25)
-    make_jittered_trace(spec, tmp_path / "job")
-    start = 1000.0 + spec.lead_s + 14.1
-    o = profile_replay(tmp_path / "job", start, predictor)
-    assert [e.split(":")[0] for e in o.events] == ["period_candidate", "longer_window", "baseline"], o.events
+    o, _, events = _replayed(spec, tmp_path / "job", 14.1, predictor)
+    assert events == ["period_candidate", "longer_window", "baseline"], o.events
     assert o.window_error is not None and abs(o.window_error) < 0.02, o.window_error
 
 
